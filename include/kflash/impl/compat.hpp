@@ -1,0 +1,91 @@
+// Every difference between the Kokkos versions kflash supports (3.4 through 4.x and 5.x) lives here.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <type_traits>
+
+#ifndef KOKKOS_VERSION
+#error "kflash: KOKKOS_VERSION is not defined; kflash needs Kokkos 3.4 or newer"
+#endif
+#if KOKKOS_VERSION < 30400
+#error "kflash needs Kokkos 3.4 or newer"
+#endif
+
+namespace kflash::impl {
+
+// --- Math functions: Kokkos::Experimental:: in 3.x, Kokkos:: from 4.0 on.
+#if KOKKOS_VERSION >= 40000
+KOKKOS_INLINE_FUNCTION float exp(float x) { return Kokkos::exp(x); }
+KOKKOS_INLINE_FUNCTION double exp(double x) { return Kokkos::exp(x); }
+KOKKOS_INLINE_FUNCTION float log(float x) { return Kokkos::log(x); }
+KOKKOS_INLINE_FUNCTION double log(double x) { return Kokkos::log(x); }
+#else
+KOKKOS_INLINE_FUNCTION float exp(float x) { return Kokkos::Experimental::exp(x); }
+KOKKOS_INLINE_FUNCTION double exp(double x) { return Kokkos::Experimental::exp(x); }
+KOKKOS_INLINE_FUNCTION float log(float x) { return Kokkos::Experimental::log(x); }
+KOKKOS_INLINE_FUNCTION double log(double x) { return Kokkos::Experimental::log(x); }
+#endif
+
+// --- Special values. kflash relies on true infinities and NaNs (never compile it with fast-math).
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T infinity() {
+  return Kokkos::Experimental::infinity<T>::value;
+}
+#if KOKKOS_VERSION >= 30500
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T quiet_nan() {
+  return Kokkos::Experimental::quiet_NaN<T>::value;
+}
+#else
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T quiet_nan() {
+  return static_cast<T>(__builtin_nan(""));
+}
+#endif
+
+// --- View rank: an enum in 3.x, an integral constant in 4.x, a static function in 5.x.
+template <class ViewType>
+inline constexpr int view_rank =
+#if KOKKOS_VERSION >= 40000
+    static_cast<int>(ViewType::rank());
+#else
+    static_cast<int>(ViewType::rank);
+#endif
+
+// --- Reducers: Kokkos before 4.2 also calls join() on volatile references.
+// Copies a trivially copyable value out of / into volatile storage byte by byte (unsigned char is
+// the one type that may alias any object).
+template <class T>
+KOKKOS_INLINE_FUNCTION T volatile_load(const volatile T& src) {
+  static_assert(std::is_trivially_copyable<T>::value, "kflash: reducer values must be trivially copyable");
+  T result{};
+  auto* to = reinterpret_cast<unsigned char*>(&result);
+  auto* from = reinterpret_cast<const volatile unsigned char*>(&src);
+  for (std::size_t i = 0; i < sizeof(T); ++i) to[i] = from[i];
+  return result;
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION void volatile_store(volatile T& dst, const T& value) {
+  auto* to = reinterpret_cast<volatile unsigned char*>(&dst);
+  auto* from = reinterpret_cast<const unsigned char*>(&value);
+  for (std::size_t i = 0; i < sizeof(T); ++i) to[i] = from[i];
+}
+
+}  // namespace kflash::impl
+
+// Placed inside a reducer class whose non-volatile join(value_type&, const value_type&) exists:
+// adds the volatile overload that Kokkos < 4.2 requires, and nothing on newer Kokkos.
+#if KOKKOS_VERSION < 40200
+#define KFLASH_IMPL_VOLATILE_JOIN(VALUE_TYPE)                                          \
+  KOKKOS_INLINE_FUNCTION                                                              \
+  void join(volatile VALUE_TYPE& dest, const volatile VALUE_TYPE& src) const {        \
+    VALUE_TYPE d = ::kflash::impl::volatile_load(dest);                               \
+    const VALUE_TYPE s = ::kflash::impl::volatile_load(src);                          \
+    join(d, s);                                                                       \
+    ::kflash::impl::volatile_store(dest, d);                                          \
+  }
+#else
+#define KFLASH_IMPL_VOLATILE_JOIN(VALUE_TYPE)
+#endif

@@ -1,0 +1,15 @@
+// kflash: softmax and attention on the online-softmax recurrence, for every Kokkos backend.
+#pragma once
+
+#include <kflash/softmax.hpp>
+#include <kflash/softmax_state.hpp>
+#include <kflash/version.hpp>
+
+#include <iosfwd>
+
+namespace kflash {
+
+/// Writes the kflash version, the Kokkos version and the backends kflash was built with.
+void print_configuration(std::ostream& os);
+
+}  // namespace kflash

@@ -1,0 +1,211 @@
+// softmax, log_softmax and logsumexp over rank-1 and rank-2 Views.
+#pragma once
+
+#include <kflash/impl/errors.hpp>
+#include <kflash/impl/rows.hpp>
+#include <kflash/softmax_state.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace kflash {
+namespace impl {
+
+enum class RowOp { softmax, log_softmax, logsumexp };
+
+inline const char* row_op_name(RowOp op) {
+  switch (op) {
+    case RowOp::softmax: return "softmax";
+    case RowOp::log_softmax: return "log_softmax";
+    default: return "logsumexp";
+  }
+}
+
+/// The three phases a row kernel runs in:
+///  whole:   reduce a whole row to its state, then write the row's outputs;
+///  partial: reduce one chunk of a row to a state in the workspace;
+///  finish:  merge a row's chunk states, then write one chunk's outputs.
+enum class RowPhase { whole, partial, finish };
+
+template <class ExecSpace, class XRows, class YRows, class Workspace, RowOp Op>
+struct RowKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename Workspace::value_type::value_type>;
+  using state_type = SoftmaxState<T>;
+  using reducer_type = OnlineSoftmax<T, Kokkos::AnonymousSpace>;
+
+  XRows x;
+  YRows y;  // for logsumexp: the output rows (rank 0 or 1 View seen as y(r, 0))
+  Workspace ws;
+  RowPlan plan;
+  RowPhase phase;
+  index_t items_per_row;  // work items (teams) per row in this phase: 1 or plan.chunks
+
+  /// The state of x(r, b:e): the tile's maximum first, then a compensated sum of exp(x - max), so
+  /// the sum is rescaled once per tile (when merged), not at every new maximum.
+  KOKKOS_INLINE_FUNCTION state_type tile_state(const member_type& team, index_t r, index_t b,
+                                               index_t e) const {
+    T m;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, b, e),
+        [&](index_t i, T& acc) {
+          const T v = x(r, i);
+          if (v > acc) acc = v;
+        },
+        MaxOf<T>(m));
+    state_type sum;  // its max stays -inf: merges of such states add the sums (compensated)
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, b, e),
+        [&](index_t i, state_type& acc) { acc.add_term(state_type::weight(x(r, i), m)); },
+        reducer_type(sum));
+    return state_type{m, sum.sum, sum.comp};
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const index_t item = team.league_rank();
+    const index_t r = item / items_per_row;
+    const index_t c = item % items_per_row;
+    const index_t begin = c * plan.chunk_len;
+    const index_t end = begin + plan.chunk_len < plan.cols ? begin + plan.chunk_len : plan.cols;
+
+    state_type s = state_type::identity();
+    if (phase == RowPhase::finish) {
+      // The same merge as every other tier, over the row's chunk states.
+      Kokkos::parallel_reduce(
+          Kokkos::TeamVectorRange(team, plan.chunks),
+          [&](index_t j, state_type& acc) { acc.merge(ws(r, j)); }, reducer_type(s));
+    } else {
+      // Tiles over the team's threads, each tile over the thread's vector lanes.
+      const index_t tile = RowTraits<ExecSpace>::tile;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, (end - begin + tile - 1) / tile),
+          [&](index_t t, state_type& acc) {
+            const index_t tb = begin + t * tile;
+            acc.merge(tile_state(team, r, tb, tb + tile < end ? tb + tile : end));
+          },
+          reducer_type(s));
+    }
+
+    if (phase == RowPhase::partial) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { ws(r, c) = s; });
+    } else if constexpr (Op == RowOp::logsumexp) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { y(r, 0) = s.logsumexp(); });
+    } else {
+      const SoftmaxNormalizer<T> n(s);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, begin, end), [&](index_t i) {
+        if constexpr (Op == RowOp::softmax) {
+          y(r, i) = n.prob(x(r, i));
+        } else {
+          y(r, i) = n.log_prob(x(r, i));
+        }
+      });
+    }
+  }
+};
+
+/// logsumexp output seen as rows: out(r) for rank 1, out() for rank 0.
+template <class View, int Rank = view_rank<View>>
+struct LseOut {
+  View v;
+  KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t r, index_t) const { return v(r); }
+};
+template <class View>
+struct LseOut<View, 0> {
+  View v;
+  KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t, index_t) const { return v(); }
+};
+
+template <RowOp Op, class ExecSpace, class XRows, class YRows>
+void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
+  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using memory_space = typename decltype(x.v)::memory_space;
+  using Workspace = Kokkos::View<SoftmaxState<T>**, memory_space>;
+  using Kernel = RowKernel<ExecSpace, XRows, YRows, Workspace, Op>;
+
+  const RowPlan plan = plan_rows(exec, x.rows(), x.cols());
+  if (plan.rows == 0) return;
+  const std::string label = std::string("kflash::") + row_op_name(Op);
+  if (plan.chunks == 1) {
+    Kokkos::parallel_for(label, row_team_policy(exec, plan.rows),
+                         Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
+    return;
+  }
+  // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
+  // writes one value per row, so its finish phase has one item per row.
+  Workspace ws(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label + " workspace"), plan.rows,
+               plan.chunks);
+  Kokkos::parallel_for(label + " partial", row_team_policy(exec, plan.rows * plan.chunks),
+                       Kernel{x, y, ws, plan, RowPhase::partial, plan.chunks});
+  const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : plan.chunks;
+  Kokkos::parallel_for(label + " finish", row_team_policy(exec, plan.rows * finish_per_row),
+                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row});
+  exec.fence();  // the workspace must outlive the kernels
+}
+
+template <RowOp Op, class ExecSpace, class XView, class YView>
+void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
+  static_check_view<ExecSpace, XView, false>();
+  static_check_view<ExecSpace, YView, true>();
+  static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename YView::value_type>::value,
+                "kflash: x and y must have the same value type");
+  const char* fn = row_op_name(Op);
+  require_rank(fn, "x", x, 1, 2);
+  require_same_shape(fn, "x", x, "y", y);
+  if constexpr (view_rank<XView> == view_rank<YView> && view_rank<XView> >= 1 && view_rank<XView> <= 2) {
+    run_rows<Op>(exec, Rows<XView>{x}, Rows<YView>{y});
+  }
+}
+
+}  // namespace impl
+
+/// y = softmax(x): over all elements of a rank-1 View, or over the last extent of each row of a
+/// rank-2 View. Any layout; x and y may be the same View (in place). Runs on `exec`; like any Kokkos
+/// kernel it may return before it completes (fence `exec` before reading y on the host).
+template <class ExecSpace, class XView, class YView>
+void softmax(const ExecSpace& exec, const XView& x, const YView& y) {
+  impl::softmax_rows<impl::RowOp::softmax>(exec, x, y);
+}
+
+/// y = log_softmax(x) = x - logsumexp(x), with the shapes and rules of softmax().
+template <class ExecSpace, class XView, class YView>
+void log_softmax(const ExecSpace& exec, const XView& x, const YView& y) {
+  impl::softmax_rows<impl::RowOp::log_softmax>(exec, x, y);
+}
+
+/// out = log(sum exp(x)): rank-1 x gives a rank-0 out; rank-2 x gives a rank-1 out, one value per row.
+template <class ExecSpace, class XView, class OutView>
+void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
+  using namespace impl;
+  static_check_view<ExecSpace, XView, false>();
+  static_check_view<ExecSpace, OutView, true>();
+  static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename OutView::value_type>::value,
+                "kflash: x and out must have the same value type");
+  constexpr int xr = view_rank<XView>;
+  constexpr int outr = view_rank<OutView>;
+  require_rank("logsumexp", "x", x, 1, 2);
+  if (outr != xr - 1 || (xr == 2 && out.extent(0) != x.extent(0))) {
+    throw_invalid_argument("logsumexp", "argument '" + describe("out", out) + "' does not fit '" +
+                                            describe("x", x) +
+                                            "': expected a rank-0 View for rank-1 x, or a rank-1 View "
+                                            "with one element per row of rank-2 x");
+  }
+  if constexpr ((xr == 1 || xr == 2) && outr == xr - 1) {
+    run_rows<RowOp::logsumexp>(exec, Rows<XView>{x}, LseOut<OutView>{out});
+  }
+}
+
+/// The same, on the default execution space of x's View.
+template <class XView, class YView>
+void softmax(const XView& x, const YView& y) {
+  softmax(typename XView::execution_space(), x, y);
+}
+template <class XView, class YView>
+void log_softmax(const XView& x, const YView& y) {
+  log_softmax(typename XView::execution_space(), x, y);
+}
+template <class XView, class OutView>
+void logsumexp(const XView& x, const OutView& out) {
+  logsumexp(typename XView::execution_space(), x, out);
+}
+
+}  // namespace kflash

@@ -1,0 +1,12 @@
+#include <kflash/kflash.hpp>
+
+#include <ostream>
+
+namespace kflash {
+
+void print_configuration(std::ostream& os) {
+  os << "kflash " << KFLASH_VERSION_STRING << " (configured with Kokkos " << KFLASH_KOKKOS_VERSION_STRING
+     << ", backends: " << KFLASH_BACKENDS << ")\n";
+}
+
+}  // namespace kflash

@@ -1,0 +1,169 @@
+// Helpers shared by the test bodies: the long-double host reference, data and View makers.
+#pragma once
+
+#include <kflash/kflash.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kflash_test {
+
+using ld = long double;
+using Scalars = ::testing::Types<float, double>;
+
+template <class T>
+constexpr T inf = std::numeric_limits<T>::infinity();
+template <class T>
+constexpr T nan = std::numeric_limits<T>::quiet_NaN();
+template <class T>
+constexpr ld eps = std::numeric_limits<T>::epsilon();
+
+/// Normal(0, sigma) values, reproducible from the seed.
+template <class T>
+std::vector<T> normal_values(std::size_t n, unsigned seed, double sigma = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, sigma);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(gen));
+  return v;
+}
+
+/// Reference (max, l = sum exp(x - max)) of a row in long double, with the contract's rules.
+struct RefRow {
+  ld max = -std::numeric_limits<ld>::infinity();
+  ld l = 0;
+  bool nan = false;
+  ld lse() const {
+    if (nan) return std::numeric_limits<ld>::quiet_NaN();
+    if (std::isinf(max)) return max;  // +inf, or -inf for an empty / all -inf row
+    return max + std::log(l);
+  }
+};
+
+template <class T>
+RefRow reference_row(const T* x, std::size_t n, std::size_t stride = 1) {
+  RefRow r;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ld v = x[i * stride];
+    if (std::isnan(v)) r.nan = true;
+    else if (v > r.max) r.max = v;
+  }
+  if (r.nan || std::isinf(r.max)) return r;
+  // Blocked summation: each block sequential, blocks summed sequentially (error ~ (1024 + n/1024) ulp).
+  ld total = 0;
+  for (std::size_t b = 0; b < n; b += 1024) {
+    ld block = 0;
+    for (std::size_t i = b; i < n && i < b + 1024; ++i) block += std::exp(ld(x[i * stride]) - r.max);
+    total += block;
+  }
+  r.l = total;
+  return r;
+}
+
+/// Checks y against the reference softmax / log_softmax of one row.
+/// softmax: |y - p| <= 16 eps (1 + |x - max|) p + smallest normal (exp's argument is rounded at |x - max|).
+/// log_softmax: |y - q| <= 16 eps (1 + |x - max| + |log l| + |q|).
+template <class T>
+void expect_row_matches(const RefRow& r, const T* x, const T* y, std::size_t n, bool log_space,
+                        const std::string& where) {
+  const bool nan_row = r.nan || r.max == std::numeric_limits<ld>::infinity();
+  for (std::size_t i = 0; i < n; ++i) {
+    const ld xi = x[i], yi = y[i];
+    if (nan_row) {
+      ASSERT_TRUE(std::isnan(yi)) << where << " element " << i << ": expected NaN, got " << yi;
+      continue;
+    }
+    if (r.max == -std::numeric_limits<ld>::infinity()) {  // fully masked row
+      if (log_space) ASSERT_EQ(yi, -inf<ld>) << where << " element " << i;
+      else ASSERT_EQ(yi, 0) << where << " element " << i;
+      continue;
+    }
+    if (xi == -inf<ld>) {  // masked entry: exactly 0 / -inf
+      if (log_space) ASSERT_EQ(yi, -inf<ld>) << where << " element " << i;
+      else ASSERT_EQ(yi, 0) << where << " element " << i;
+      continue;
+    }
+    const ld d = xi - r.max;
+    if (log_space) {
+      const ld q = d - std::log(r.l);
+      if (q < -ld(std::numeric_limits<T>::max())) {  // the true value is below -max: rounds to -inf
+        ASSERT_EQ(yi, -inf<ld>) << where << " element " << i;
+        continue;
+      }
+      const ld tol = 16 * eps<T> * (1 + std::fabs(d) + std::fabs(std::log(r.l)) + std::fabs(q));
+      ASSERT_LE(std::fabs(yi - q), tol) << where << " element " << i << " x=" << xi << " y=" << yi
+                                        << " ref=" << q;
+    } else {
+      const ld p = std::exp(d) / r.l;
+      const ld tol = 16 * eps<T> * (1 + std::fabs(d)) * p + std::numeric_limits<T>::min();
+      ASSERT_LE(std::fabs(yi - p), tol) << where << " element " << i << " x=" << xi << " y=" << yi
+                                        << " ref=" << p;
+    }
+  }
+}
+
+/// logsumexp tolerance: rel_l relative error in l, plus the rounding of the result itself.
+template <class T>
+void expect_lse_matches(const RefRow& r, T got, ld rel_l, const std::string& where) {
+  const ld ref = r.lse();
+  if (std::isnan(ref)) {
+    ASSERT_TRUE(std::isnan(got)) << where << ": expected NaN, got " << got;
+  } else if (std::isinf(ref)) {
+    ASSERT_EQ(ld(got), ref) << where;
+  } else {
+    const ld tol = rel_l + 2 * eps<T> * std::fabs(ref);
+    ASSERT_LE(std::fabs(ld(got) - ref), tol) << where << ": got " << got << " ref " << ref;
+  }
+}
+
+/// A rows x cols matrix of layout L in the execution space's memory, filled from row-major host
+/// data. LayoutStride matrices are every other column of a wider allocation.
+template <class T, class L, class ExecSpace>
+Kokkos::View<T**, L, typename ExecSpace::memory_space> make_matrix(std::size_t rows, std::size_t cols,
+                                                                   const std::vector<T>& host_row_major) {
+  using mem = typename ExecSpace::memory_space;
+  Kokkos::View<T**, L, mem> v;
+  if constexpr (std::is_same<L, Kokkos::LayoutStride>::value) {
+    Kokkos::View<T***, Kokkos::LayoutRight, mem> wide("m", rows, cols, 2);
+    v = Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, 1);
+  } else {
+    v = Kokkos::View<T**, L, mem>("m", rows, cols);
+  }
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) h(r, c) = host_row_major[r * cols + c];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+template <class V>
+std::vector<typename V::non_const_value_type> to_host_row_major(const V& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  std::vector<typename V::non_const_value_type> out(v.extent(0) * v.extent(1));
+  for (std::size_t r = 0; r < v.extent(0); ++r)
+    for (std::size_t c = 0; c < v.extent(1); ++c) out[r * v.extent(1) + c] = h(r, c);
+  return out;
+}
+
+template <class T, class ExecSpace>
+Kokkos::View<T*, typename ExecSpace::memory_space> make_vector(const std::vector<T>& host) {
+  Kokkos::View<T*, typename ExecSpace::memory_space> v("v", host.size());
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+template <class V>
+std::vector<typename V::non_const_value_type> to_host(const V& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<typename V::non_const_value_type>(h.data(), h.data() + h.extent(0));
+}
+
+}  // namespace kflash_test

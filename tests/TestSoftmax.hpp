@@ -1,0 +1,247 @@
+// kflash::softmax, log_softmax and logsumexp on TEST_EXECSPACE against the long-double reference.
+#pragma once
+
+#include <TestCommon.hpp>
+
+#include <cstring>
+
+namespace kflash_test {
+
+using Exec = TEST_EXECSPACE;
+using Mem = Exec::memory_space;
+
+/// Runs the three kernels on a rows x cols matrix of layout L and checks every output.
+/// In place: softmax and log_softmax overwrite their input View.
+template <class T, class L>
+void check_matrix(std::size_t rows, std::size_t cols, const std::vector<T>& host, bool in_place,
+                  const std::string& what) {
+  const std::string where = what + " " + std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                            typeid(L).name() + (in_place ? " in place" : "");
+  auto x = make_matrix<T, L, Exec>(rows, cols, host);
+  for (bool log_space : {false, true}) {
+    auto y = in_place ? make_matrix<T, L, Exec>(rows, cols, host)
+                      : make_matrix<T, L, Exec>(rows, cols, std::vector<T>(rows * cols, T(7)));
+    const auto& in = in_place ? y : x;
+    if (log_space) kflash::log_softmax(Exec(), in, y);
+    else kflash::softmax(Exec(), in, y);
+    const auto out = to_host_row_major(y);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const RefRow ref = reference_row(host.data() + r * cols, cols);
+      expect_row_matches(ref, host.data() + r * cols, out.data() + r * cols, cols, log_space,
+                         where + (log_space ? " log_softmax" : " softmax") + " row " + std::to_string(r));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  Kokkos::View<T*, Mem> lse("lse", rows);
+  kflash::logsumexp(Exec(), x, lse);
+  const auto got = to_host(lse);
+  for (std::size_t r = 0; r < rows; ++r) {
+    expect_lse_matches(reference_row(host.data() + r * cols, cols), got[r], 8 * eps<T>,
+                       where + " logsumexp row " + std::to_string(r));
+  }
+}
+
+/// The same for a rank-1 View (one row over all elements). Returns the logsumexp.
+template <class T>
+T check_vector(const std::vector<T>& host, ld lse_rel, bool check_softmax, const std::string& what) {
+  const std::string where = what + " n=" + std::to_string(host.size());
+  auto x = make_vector<T, Exec>(host);
+  const RefRow ref = reference_row(host.data(), host.size());
+  if (check_softmax) {
+    Kokkos::View<T*, Mem> y("y", host.size());
+    for (bool log_space : {false, true}) {
+      if (log_space) kflash::log_softmax(Exec(), x, y);
+      else kflash::softmax(Exec(), x, y);
+      const auto out = to_host(y);
+      expect_row_matches(ref, host.data(), out.data(), host.size(), log_space,
+                         where + (log_space ? " log_softmax" : " softmax"));
+    }
+  }
+  Kokkos::View<T, Mem> lse("lse");
+  kflash::logsumexp(Exec(), x, lse);
+  T got;
+  Kokkos::deep_copy(got, lse);
+  expect_lse_matches(ref, got, lse_rel, where + " logsumexp");
+  return got;
+}
+
+template <class T>
+struct SoftmaxTest : ::testing::Test {};
+TYPED_TEST_SUITE(SoftmaxTest, Scalars);
+
+template <class T, class L>
+void check_shapes(bool in_place) {
+  // Odd sizes, not multiples of any chunk; the wide ones are split across teams.
+  const std::size_t shapes[][2] = {{1, 1}, {3, 1}, {1, 7}, {5, 33}, {64, 1000}, {2, 100003}, {1, 70001}};
+  unsigned seed = 100;
+  for (const auto& s : shapes) {
+    check_matrix<T, L>(s[0], s[1], normal_values<T>(s[0] * s[1], seed++, 4.0), in_place, "normal");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TYPED_TEST(SoftmaxTest, LayoutRight) { check_shapes<TypeParam, Kokkos::LayoutRight>(false); }
+TYPED_TEST(SoftmaxTest, LayoutLeft) { check_shapes<TypeParam, Kokkos::LayoutLeft>(false); }
+TYPED_TEST(SoftmaxTest, LayoutStride) { check_shapes<TypeParam, Kokkos::LayoutStride>(false); }
+TYPED_TEST(SoftmaxTest, InPlace) {
+  check_shapes<TypeParam, Kokkos::LayoutRight>(true);
+  check_shapes<TypeParam, Kokkos::LayoutStride>(true);
+}
+
+template <class T>
+std::vector<std::vector<T>> adversarial_rows(std::size_t cols) {
+  const T big = std::numeric_limits<T>::max();
+  auto base = [&](unsigned seed) { return normal_values<T>(cols, seed, 2.0); };
+  std::vector<std::vector<T>> rows;
+  rows.push_back(std::vector<T>(cols, -inf<T>));  // fully masked
+  { auto r = std::vector<T>(cols, -inf<T>); r[cols / 2] = T(-5); rows.push_back(r); }  // one visible
+  { auto r = base(1); for (std::size_t i = 0; i < cols; ++i) r[i] = i % 2 ? big : -big; rows.push_back(r); }
+  { auto r = base(2); for (auto& v : r) v *= T(1e30); rows.push_back(r); }          // huge magnitudes
+  rows.push_back(std::vector<T>(cols, -big));                                      // all -max
+  { auto r = base(3); r[0] = nan<T>; rows.push_back(r); }                         // NaN first
+  { auto r = base(4); r[cols - 1] = nan<T>; rows.push_back(r); }                  // NaN last
+  { auto r = std::vector<T>(cols, -inf<T>); r[cols / 3] = nan<T>; rows.push_back(r); }  // NaN among -inf
+  { auto r = base(5); r[cols / 2] = inf<T>; rows.push_back(r); }                  // +inf
+  { auto r = base(6); r[1 % cols] = inf<T>; r[0] = nan<T>; rows.push_back(r); }   // +inf and NaN
+  { auto r = base(7); for (std::size_t i = 0; i < cols; i += 3) r[i] = -inf<T>; rows.push_back(r); }
+  // Increasing values: the running maximum changes at every element.
+  { std::vector<T> r(cols); for (std::size_t i = 0; i < cols; ++i) r[i] = T(i) * T(0.01); rows.push_back(r); }
+  return rows;
+}
+
+TYPED_TEST(SoftmaxTest, AdversarialRows) {
+  using T = TypeParam;
+  // Short rows, one row per team, and rows long enough to be split across teams.
+  for (std::size_t cols : {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(257),
+                           std::size_t(70001)}) {
+    const auto rows = adversarial_rows<T>(cols);
+    std::vector<T> flat;
+    for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    check_matrix<T, Kokkos::LayoutRight>(rows.size(), cols, flat, false, "adversarial");
+    if (::testing::Test::HasFatalFailure()) return;
+    // Each adversarial row also alone as a rank-1 View (split across teams when long).
+    for (auto& r : rows) check_vector<T>(r, 8 * eps<T>, true, "adversarial vector");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TYPED_TEST(SoftmaxTest, VectorLengths) {
+  using T = TypeParam;
+  for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(1000),
+                        std::size_t(65537), (std::size_t(1) << 20) + 1}) {
+    check_vector<T>(normal_values<T>(n, unsigned(n)), 8 * eps<T>, true, "normal vector");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow24) {
+  // The target: logsumexp of 2^24 normal values, l within 1e-6 (fp32) / 1e-13 (fp64).
+  using T = TypeParam;
+  const ld rel = std::is_same<T, float>::value ? 1e-6L : 1e-13L;
+  check_vector<T>(normal_values<T>(std::size_t(1) << 24, 24), rel, true, "2^24");
+}
+
+TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow26) {
+  // GUIDE target: rows up to 2^26 elements. fp32 only (fp64 needs 512 MiB per copy).
+  using T = TypeParam;
+  if (!std::is_same<T, float>::value) GTEST_SKIP() << "fp32 only";
+  check_vector<T>(normal_values<T>(std::size_t(1) << 26, 26), 1e-6L, false, "2^26");
+}
+
+TYPED_TEST(SoftmaxTest, Deterministic) {
+  // The same inputs give bit-identical outputs run to run (deterministic merge order).
+  using T = TypeParam;
+  const std::size_t n = (std::size_t(1) << 20) + 3;
+  auto x = make_vector<T, Exec>(normal_values<T>(n, 5));
+  Kokkos::View<T*, Mem> y1("y1", n), y2("y2", n);
+  Kokkos::View<T, Mem> l1("l1"), l2("l2");
+  kflash::softmax(Exec(), x, y1);
+  kflash::softmax(Exec(), x, y2);
+  kflash::logsumexp(Exec(), x, l1);
+  kflash::logsumexp(Exec(), x, l2);
+  const auto a = to_host(y1), b = to_host(y2);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(T)), 0);
+  T la, lb;
+  Kokkos::deep_copy(la, l1);
+  Kokkos::deep_copy(lb, l2);
+  EXPECT_EQ(std::memcmp(&la, &lb, sizeof(T)), 0);
+}
+
+TYPED_TEST(SoftmaxTest, DefaultExecutionSpaceOverloads) {
+  using T = TypeParam;
+  const auto host = normal_values<T>(6 * 50, 9);
+  auto x = make_matrix<T, Kokkos::LayoutRight, Exec>(6, 50, host);
+  auto y = make_matrix<T, Kokkos::LayoutRight, Exec>(6, 50, host);
+  Kokkos::View<T*, Mem> lse("lse", 6);
+  kflash::softmax(x, y);
+  Kokkos::fence();
+  auto out = to_host_row_major(y);
+  for (std::size_t r = 0; r < 6; ++r) {
+    expect_row_matches(reference_row(host.data() + r * 50, 50), host.data() + r * 50, out.data() + r * 50,
+                       50, false, "softmax(x, y)");
+  }
+  kflash::log_softmax(x, y);
+  Kokkos::fence();
+  out = to_host_row_major(y);
+  for (std::size_t r = 0; r < 6; ++r) {
+    expect_row_matches(reference_row(host.data() + r * 50, 50), host.data() + r * 50, out.data() + r * 50,
+                       50, true, "log_softmax(x, y)");
+  }
+  kflash::logsumexp(x, lse);
+  Kokkos::fence();
+  const auto l = to_host(lse);
+  for (std::size_t r = 0; r < 6; ++r)
+    expect_lse_matches(reference_row(host.data() + r * 50, 50), l[r], 8 * eps<T>, "logsumexp(x, out)");
+}
+
+/// Expects f() to throw std::invalid_argument whose message contains every one of `parts`.
+template <class F>
+void expect_invalid(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+TYPED_TEST(SoftmaxTest, BadInputThrows) {
+  using T = TypeParam;
+  Kokkos::View<T*, Mem> v4("v4", 4), v5("v5", 5);
+  Kokkos::View<T**, Mem> m23("m23", 2, 3), m24("m24", 2, 4), m33("m33", 3, 3);
+  Kokkos::View<T***, Mem> c3("c3", 2, 3, 4);
+  Kokkos::View<T, Mem> s0("s0");
+  Kokkos::View<T*, Mem> out2("out2", 2), out3("out3", 3);
+  const Exec exec;
+  expect_invalid([&] { kflash::softmax(exec, v4, v5); }, {"kflash::softmax", "'y (5)'", "'x (4)'"});
+  expect_invalid([&] { kflash::softmax(exec, m23, m24); }, {"kflash::softmax", "y (2, 4)", "x (2, 3)"});
+  expect_invalid([&] { kflash::log_softmax(exec, m23, v4); }, {"kflash::log_softmax", "y (4)", "x (2, 3)"});
+  expect_invalid([&] { kflash::softmax(exec, c3, c3); }, {"kflash::softmax", "x (2, 3, 4)", "rank 3"});
+  expect_invalid([&] { kflash::logsumexp(exec, m23, out3); }, {"kflash::logsumexp", "out (3)", "x (2, 3)"});
+  expect_invalid([&] { kflash::logsumexp(exec, m23, s0); }, {"kflash::logsumexp", "out ()", "x (2, 3)"});
+  expect_invalid([&] { kflash::logsumexp(exec, v4, out2); }, {"kflash::logsumexp", "out (2)", "x (4)"});
+  expect_invalid([&] { kflash::logsumexp(exec, c3, out2); }, {"kflash::logsumexp", "x (2, 3, 4)"});
+  // Correct shapes do not throw, and empty Views are valid no-ops.
+  EXPECT_NO_THROW(kflash::logsumexp(exec, m33, out3));
+  Kokkos::View<T**, Mem> empty("empty", 0, 5);
+  Kokkos::View<T*, Mem> empty_out("empty_out", 0);
+  EXPECT_NO_THROW(kflash::softmax(exec, empty, empty));
+  EXPECT_NO_THROW(kflash::logsumexp(exec, empty, empty_out));
+}
+
+TYPED_TEST(SoftmaxTest, EmptyRowsHaveLogsumexpMinusInf) {
+  using T = TypeParam;
+  Kokkos::View<T*, Mem> v0("v0", 0);
+  Kokkos::View<T, Mem> l0("l0");
+  Kokkos::View<T**, Mem> m30("m30", 3, 0);
+  Kokkos::View<T*, Mem> l3("l3", 3);
+  kflash::logsumexp(Exec(), v0, l0);
+  kflash::logsumexp(Exec(), m30, l3);
+  T h0;
+  Kokkos::deep_copy(h0, l0);
+  EXPECT_EQ(h0, -inf<T>);
+  for (T v : to_host(l3)) EXPECT_EQ(v, -inf<T>);
+}
+
+}  // namespace kflash_test

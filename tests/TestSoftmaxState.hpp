@@ -1,0 +1,166 @@
+// The (m, l) monoid: laws and the numerics contract, on the host and inside TEST_EXECSPACE kernels.
+#pragma once
+
+#include <TestCommon.hpp>
+
+namespace kflash_test {
+
+template <class T>
+kflash::SoftmaxState<T> state_of(const std::vector<T>& xs) {
+  auto s = kflash::SoftmaxState<T>::identity();
+  for (T x : xs) s.push(x);
+  return s;
+}
+
+/// The state of each given row computed inside a TEST_EXECSPACE kernel (one row per index).
+template <class T>
+std::vector<kflash::SoftmaxState<T>> states_on_device(const std::vector<std::vector<T>>& rows) {
+  using mem = TEST_EXECSPACE::memory_space;
+  std::size_t width = 0;
+  for (auto& r : rows) width = std::max(width, r.size());
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", rows.size(), width);
+  Kokkos::View<int*, mem> len("len", rows.size());
+  auto hx = Kokkos::create_mirror_view(x);
+  auto hlen = Kokkos::create_mirror_view(len);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    hlen(r) = static_cast<int>(rows[r].size());
+    for (std::size_t c = 0; c < rows[r].size(); ++c) hx(r, c) = rows[r][c];
+  }
+  Kokkos::deep_copy(x, hx);
+  Kokkos::deep_copy(len, hlen);
+  Kokkos::View<kflash::SoftmaxState<T>*, mem> out("out", rows.size());
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<TEST_EXECSPACE>(0, rows.size()), KOKKOS_LAMBDA(int r) {
+        // Half the row by push, half as a separate state merged in: both operations on the device.
+        auto a = kflash::SoftmaxState<T>::identity();
+        auto b = kflash::SoftmaxState<T>::identity();
+        for (int c = 0; c < len(r); ++c) (c % 2 ? b : a).push(x(r, c));
+        a.merge(b);
+        out(r) = a;
+      });
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  return std::vector<kflash::SoftmaxState<T>>(h.data(), h.data() + h.extent(0));
+}
+
+template <class T>
+struct SoftmaxStateTest : ::testing::Test {};
+TYPED_TEST_SUITE(SoftmaxStateTest, Scalars);
+
+TYPED_TEST(SoftmaxStateTest, IdentityIsNeutral) {
+  using T = TypeParam;
+  using S = kflash::SoftmaxState<T>;
+  const S e = S::identity();
+  EXPECT_EQ(e.max, -inf<T>);
+  EXPECT_EQ(e.total(), T(0));
+  EXPECT_EQ(e.logsumexp(), -inf<T>);
+  const auto xs = normal_values<T>(100, 1);
+  const S s = state_of(xs);
+  S left = e, right = s;
+  left.merge(s);
+  right.merge(e);
+  for (const S& m : {left, right}) {
+    EXPECT_EQ(m.max, s.max);
+    EXPECT_EQ(m.total(), s.total());
+  }
+}
+
+TYPED_TEST(SoftmaxStateTest, MergeIsAssociativeAndOrderIndependent) {
+  using T = TypeParam;
+  using S = kflash::SoftmaxState<T>;
+  const auto xs = normal_values<T>(3000, 2, 5.0);
+  const RefRow ref = reference_row(xs.data(), xs.size());
+  // Three parts of different sizes; every bracketing and order gives the reference within rounding.
+  const std::vector<T> pa(xs.begin(), xs.begin() + 1000), pb(xs.begin() + 1000, xs.begin() + 1700),
+      pc(xs.begin() + 1700, xs.end());
+  const S a = state_of(pa), b = state_of(pb), c = state_of(pc);
+  S ab_c = a; ab_c.merge(b); ab_c.merge(c);
+  S bc = b; bc.merge(c);
+  S a_bc = a; a_bc.merge(bc);
+  S cba = c; cba.merge(b); cba.merge(a);
+  S bac = b; bac.merge(a); bac.merge(c);
+  for (const S& s : {ab_c, a_bc, cba, bac}) {
+    EXPECT_EQ(ld(s.max), ref.max);
+    EXPECT_LE(std::fabs(s.total() - ref.l) / ref.l, 4 * eps<T>);
+  }
+  // A single-element-at-a-time tree of merges agrees as well.
+  std::vector<S> level;
+  for (T x : xs) level.push_back(S::of(x));
+  while (level.size() > 1) {
+    std::vector<S> next;
+    for (std::size_t i = 0; i + 1 < level.size(); i += 2) {
+      S m = level[i];
+      m.merge(level[i + 1]);
+      next.push_back(m);
+    }
+    if (level.size() % 2) next.push_back(level.back());
+    level.swap(next);
+  }
+  EXPECT_LE(std::fabs(level[0].total() - ref.l) / ref.l, 16 * eps<T>);
+}
+
+TYPED_TEST(SoftmaxStateTest, NumericsContract) {
+  using T = TypeParam;
+  const T big = std::numeric_limits<T>::max();
+  struct Case {
+    std::vector<T> xs;
+    ld lse;  // expected; NaN means NaN
+    const char* what;
+  };
+  const ld lnan = std::numeric_limits<ld>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {{}, -inf<ld>, "empty"},
+      {{-inf<T>}, -inf<ld>, "single -inf"},
+      {{-inf<T>, -inf<T>, -inf<T>}, -inf<ld>, "all -inf"},
+      {{T(3)}, 3, "single finite"},
+      {{-inf<T>, T(2), -inf<T>}, 2, "finite among -inf"},
+      {{T(1), nan<T>, T(2)}, lnan, "NaN in the middle"},
+      {{nan<T>}, lnan, "single NaN"},
+      {{-inf<T>, nan<T>}, lnan, "NaN after -inf"},
+      {{nan<T>, -inf<T>}, lnan, "-inf after NaN"},
+      {{T(1), inf<T>, T(2)}, inf<ld>, "+inf"},
+      {{inf<T>, inf<T>}, inf<ld>, "two +inf"},
+      {{-inf<T>, inf<T>}, inf<ld>, "-inf then +inf"},
+      {{inf<T>, nan<T>}, lnan, "+inf then NaN"},
+      {{nan<T>, inf<T>}, lnan, "NaN then +inf"},
+      {{big, big}, ld(big) + std::log(2.0L), "two +max"},
+      {{-big, big}, ld(big), "-max and +max"},
+      {{-big, -big}, -ld(big) + std::log(2.0L), "two -max"},
+      {{T(1e30), T(-1e30), T(1e30)}, ld(T(1e30)) + std::log(2.0L), "1e30"},
+  };
+  auto check = [&](const kflash::SoftmaxState<T>& s, const Case& c, const char* how) {
+    const T got = s.logsumexp();
+    if (std::isnan(c.lse)) {
+      EXPECT_TRUE(std::isnan(got)) << c.what << " (" << how << "): " << got;
+    } else if (std::isinf(c.lse)) {
+      EXPECT_EQ(ld(got), c.lse) << c.what << " (" << how << ")";
+    } else {
+      EXPECT_LE(std::fabs(got - c.lse), 2 * eps<T> * std::fabs(c.lse)) << c.what << " (" << how << ")";
+    }
+  };
+  std::vector<std::vector<T>> rows;
+  for (const Case& c : cases) {
+    check(state_of(c.xs), c, "push");
+    // The same elements as single-element states merged left to right and right to left.
+    auto fwd = kflash::SoftmaxState<T>::identity(), bwd = fwd;
+    for (T x : c.xs) fwd.merge(kflash::SoftmaxState<T>::of(x));
+    for (auto it = c.xs.rbegin(); it != c.xs.rend(); ++it) bwd.merge(kflash::SoftmaxState<T>::of(*it));
+    check(fwd, c, "merge forward");
+    check(bwd, c, "merge backward");
+    rows.push_back(c.xs);
+  }
+  const auto dev = states_on_device(rows);
+  for (std::size_t i = 0; i < cases.size(); ++i) check(dev[i], cases[i], "device push + merge");
+}
+
+TYPED_TEST(SoftmaxStateTest, LongSequentialPushKeepsAccuracy) {
+  // 2^20 pushes one at a time: the compensated sum keeps l within 1e-6 (fp32) / 1e-13 (fp64).
+  using T = TypeParam;
+  const auto xs = normal_values<T>(std::size_t(1) << 20, 3);
+  const auto s = state_of(xs);
+  const RefRow ref = reference_row(xs.data(), xs.size());
+  ASSERT_EQ(ld(s.max), ref.max);
+  const ld rel = std::fabs(s.total() - ref.l) / ref.l;
+  EXPECT_LE(rel, (std::is_same<T, float>::value ? 1e-6L : 1e-13L)) << "relative error of l: " << rel;
+}
+
+}  // namespace kflash_test
