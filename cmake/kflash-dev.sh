@@ -4,11 +4,14 @@
 #
 #   bash cmake/kflash-dev.sh main [args]   build, then run the main job (kflash-demo) with [args]
 #   bash cmake/kflash-dev.sh test [args]   build, then run every test (ctest [args])
+#   bash cmake/kflash-dev.sh cuda [args]   CUDA lane: build everything for Kokkos::Cuda in build-cuda/,
+#                                          then ctest [args] (CUDA tests are skipped without a GPU)
 #   bash cmake/kflash-dev.sh deps          only set up the dependencies
 #   bash cmake/kflash-dev.sh build         only set up and build
 #
 # Environment:
 #   Kokkos_ROOT        an installed Kokkos (user's, Spack's) to use; it must have the OpenMP backend
+#                      (for 'cuda': the Cuda backend, compiled with $Kokkos_ROOT/bin/nvcc_wrapper)
 #   KFLASH_CACHE_DIR   where Kokkos 3.4.01 is built when no suitable Kokkos is found
 #                      (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kflash)
 #   KFLASH_BUILD_DIR   the build directory (default: build/ in the source tree)
@@ -22,6 +25,9 @@ jobs=${KFLASH_JOBS:-$(nproc)}
 # Bump the suffix whenever the recipe below changes, so stale caches are rebuilt.
 kokkos_tag=kokkos-3.4.01-serial-openmp-r1
 kokkos_prefix=$cache_dir/$kokkos_tag
+kokkos_src=$cache_dir/kokkos-3.4.01-src
+cuda_prefix=$cache_dir/kokkos-3.4.01-cuda-ampere80-r1
+cuda_build_dir=${KFLASH_CUDA_BUILD_DIR:-$src_dir/build-cuda}
 
 say() { printf '[kflash-dev] %s\n' "$*"; }
 die() { printf '[kflash-dev] error: %s\n' "$*" >&2; exit 1; }
@@ -54,46 +60,57 @@ base_packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbe
 # Asks CMake's find_package whether a Kokkos with the OpenMP backend is visible from the given root
 # (empty: the default search path). Prints the Kokkos version on success.
 probe_kokkos() {
-  local root=$1 probe
+  local root=$1 device=${2:-OpenMP} probe
+  local cxx=()
+  [ "$device" = Cuda ] && cxx=(-DCMAKE_CXX_COMPILER="$root/bin/nvcc_wrapper")
   probe=$(mktemp -d)
   if cmake -S "$src_dir/cmake/probe-kokkos" -B "$probe" ${root:+-DKokkos_ROOT="$root"} \
-       >"$probe/log" 2>&1; then
+       -DKFLASH_PROBE_DEVICE="$device" "${cxx[@]}" >"$probe/log" 2>&1; then
     sed -n 's/.*KFLASH_PROBE_KOKKOS_VERSION=//p' "$probe/log"
   fi
   rm -rf "$probe"
 }
 
-build_cached_kokkos() {
-  local work=$cache_dir/work list_dir src
-  say "no Kokkos with OpenMP found: building Kokkos 3.4.01 and Kokkos Kernels 3.4.01"
-  say "  source: Debian 12 'trilinos' source package (about 166 MB), installed into $kokkos_prefix"
-  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/download"
+# Downloads Debian 12's trilinos source package once and keeps Kokkos and Kokkos Kernels from it.
+fetch_kokkos_source() {
+  [ -f "$kokkos_src/kokkos/CMakeLists.txt" ] && return 0
+  local work=$cache_dir/download
+  say "  downloading Debian 12's 'trilinos' source package (about 166 MB) for Kokkos 3.4.01"
+  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/files"
   # A private source list: the system's apt configuration is left untouched.
   echo "deb-src http://deb.debian.org/debian bookworm main" >"$work/sources.list"
   local apt_opts=(-o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
                   -o Dir::State::Lists="$work/lists" -o APT::Sandbox::User=root)
-  say "  downloading the trilinos source package"
-  quietly "$work/download.log" apt-get "${apt_opts[@]}" update
-  (cd "$work/download" && quietly "$work/download.log" apt-get "${apt_opts[@]}" source --download-only trilinos)
-  say "  extracting packages/kokkos and packages/kokkos-kernels"
-  tar -xzf "$work"/download/trilinos_*.orig.tar.gz -C "$work" \
+  quietly "$work/log" apt-get "${apt_opts[@]}" update
+  (cd "$work/files" && quietly "$work/log" apt-get "${apt_opts[@]}" source --download-only trilinos)
+  say "  extracting packages/kokkos and packages/kokkos-kernels into $kokkos_src"
+  tar -xzf "$work"/files/trilinos_*.orig.tar.gz -C "$work" \
       --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
-  src=$(echo "$work"/Trilinos-*/packages)
-  say "  building Kokkos (Serial + OpenMP)"
-  local log=$work/build.log
-  quietly "$log" cmake -S "$src/kokkos" -B "$work/build-kokkos" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" \
-        -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON
-  quietly "$log" cmake --build "$work/build-kokkos" -j "$jobs"
-  quietly "$log" cmake --install "$work/build-kokkos"
-  say "  building Kokkos Kernels (default ETI off)"
-  quietly "$log" cmake -S "$src/kokkos-kernels" -B "$work/build-kernels" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DKokkos_ROOT="$kokkos_prefix" \
-        -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DKokkosKernels_ENABLE_TESTS=OFF
-  quietly "$log" cmake --build "$work/build-kernels" -j "$jobs"
-  quietly "$log" cmake --install "$work/build-kernels"
+  rm -rf "$kokkos_src" && mkdir -p "$kokkos_src"
+  mv "$work"/Trilinos-*/packages/kokkos "$work"/Trilinos-*/packages/kokkos-kernels "$kokkos_src"/
   rm -rf "$work"
-  say "  Kokkos installed in $kokkos_prefix"
+}
+
+# build_kokkos PREFIX [cmake options...]: Kokkos 3.4.01 and Kokkos Kernels (default ETI off).
+build_kokkos() {
+  local prefix=$1; shift
+  fetch_kokkos_source
+  local work=$cache_dir/build-$(basename "$prefix") log
+  rm -rf "$work" && mkdir -p "$work"
+  log=$work/build.log
+  say "  building Kokkos into $prefix (log: $log)"
+  quietly "$log" cmake -S "$kokkos_src/kokkos" -B "$work/kokkos" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@"
+  quietly "$log" cmake --build "$work/kokkos" -j "$jobs"
+  quietly "$log" cmake --install "$work/kokkos"
+  say "  building Kokkos Kernels (default ETI off)"
+  quietly "$log" cmake -S "$kokkos_src/kokkos-kernels" -B "$work/kernels" -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DKokkos_ROOT="$prefix" \
+        -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DKokkosKernels_ENABLE_TESTS=OFF
+  quietly "$log" cmake --build "$work/kernels" -j "$jobs"
+  quietly "$log" cmake --install "$work/kernels"
+  rm -rf "$work"
+  say "  Kokkos installed in $prefix"
 }
 
 # Sets kokkos_root to the Kokkos to build against.
@@ -113,7 +130,8 @@ setup_kokkos() {
     return
   fi
   if [ -z "$(probe_kokkos "$kokkos_prefix")" ]; then
-    build_cached_kokkos
+    say "no Kokkos with OpenMP found: building Kokkos 3.4.01 (Serial + OpenMP) from Debian's sources"
+    build_kokkos "$kokkos_prefix" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON
   fi
   say "using Kokkos 3.4.01 from the cache $kokkos_prefix"
   kokkos_root=$kokkos_prefix
@@ -124,7 +142,59 @@ setup_deps() {
   setup_kokkos
 }
 
-# --- 3. Build -----------------------------------------------------------------------------------
+# --- 3. CUDA: Debian's CUDA 11.8 toolkit (non-free) with g++-11, and a CUDA-enabled Kokkos ----------
+# /usr/local/cuda (13.0 on some machines) is not used: no available Kokkos builds with it.
+setup_cuda_toolkit() {
+  if [ -x /usr/bin/nvcc ] && /usr/bin/nvcc --version | grep -q "release 11.8" && command -v g++-11 >/dev/null; then
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || die "the CUDA lane needs Debian's nvidia-cuda-toolkit and g++-11 (install them as root)"
+  local work=$cache_dir/cuda-apt
+  say "installing Debian's nvidia-cuda-toolkit 11.8 (non-free, about 2.3 GB) and g++-11"
+  rm -rf "$work" && mkdir -p "$work/lists/partial"
+  echo "deb http://deb.debian.org/debian bookworm main contrib non-free" >"$work/sources.list"
+  local apt_opts=(-o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+                  -o Dir::State::Lists="$work/lists")
+  quietly "$work/log" apt-get "${apt_opts[@]}" update
+  DEBIAN_FRONTEND=noninteractive quietly "$work/log" apt-get "${apt_opts[@]}" install -y -q \
+      --no-install-recommends nvidia-cuda-toolkit g++-11
+  rm -rf "$work"
+}
+
+# Sets cuda_kokkos_root to a Kokkos with the Cuda backend.
+setup_cuda_kokkos() {
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    [ -n "$(probe_kokkos "$Kokkos_ROOT" Cuda)" ] || die "Kokkos_ROOT=$Kokkos_ROOT has no Cuda backend"
+    say "using the CUDA-enabled Kokkos from Kokkos_ROOT=$Kokkos_ROOT"
+    cuda_kokkos_root=$Kokkos_ROOT
+    return
+  fi
+  setup_cuda_toolkit
+  if [ -z "$(probe_kokkos "$cuda_prefix" Cuda)" ]; then
+    say "building Kokkos 3.4.01 with Cuda (Ampere80, CUDA 11.8, g++-11) + OpenMP + Serial"
+    fetch_kokkos_source
+    build_kokkos "$cuda_prefix" -DCMAKE_CXX_COMPILER="$kokkos_src/kokkos/bin/nvcc_wrapper" \
+        -DCMAKE_CXX_FLAGS=-arch=sm_80 -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
+        -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
+  fi
+  say "using Kokkos 3.4.01 with Cuda from the cache $cuda_prefix"
+  cuda_kokkos_root=$cuda_prefix
+}
+
+build_cuda() {
+  need_packages "${base_packages[@]}"
+  # Debian's nvcc (11.8) and g++-11 come first, whatever else is on PATH.
+  export PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++-11}
+  setup_cuda_kokkos
+  say "configuring and building for CUDA in $cuda_build_dir"
+  cmake -S "$src_dir" -B "$cuda_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CXX_COMPILER="$cuda_kokkos_root/bin/nvcc_wrapper" -DKokkos_ROOT="$cuda_kokkos_root" \
+        -DKokkosKernels_ROOT="$cuda_kokkos_root" -DKFLASH_CUDA_DEVICE_WERROR=ON \
+        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON >/dev/null
+  cmake --build "$cuda_build_dir" -j "$jobs"
+}
+
+# --- 4. Build -----------------------------------------------------------------------------------
 build() {
   setup_deps
   say "configuring and building in $build_dir"
@@ -139,7 +209,16 @@ cmd=${1:-}
 case "$cmd" in
   deps)  setup_deps ;;
   build) build ;;
-  main)  build; "$build_dir/perf/kflash-demo" "$@" ;;
+  main)  build
+         export OMP_PROC_BIND=${OMP_PROC_BIND:-spread} OMP_PLACES=${OMP_PLACES:-threads}
+         "$build_dir/perf/kflash-demo" "$@" ;;
   test)  build; ctest --test-dir "$build_dir" --output-on-failure "$@" ;;
-  *)     die "usage: bash cmake/kflash-dev.sh {main|test|deps|build} [args]" ;;
+  cuda)  build_cuda
+         ctest --test-dir "$cuda_build_dir" --output-on-failure "$@"
+         if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+           say "CUDA lane: every target was built for Kokkos::Cuda (kflash_test_cuda, kflash_test_serial,"
+           say "kflash_test_openmp, kflash_test_cross_backend, kflash-demo, kflash-accuracy, both consumer"
+           say "projects); the test executables were skipped: no CUDA device on this machine"
+         fi ;;
+  *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|deps|build} [args]" ;;
 esac

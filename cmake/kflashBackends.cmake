@@ -19,9 +19,28 @@ function(kflash_detect_backends out)
   set(${out} ${found} PARENT_SCOPE)
 endfunction()
 
-# Warnings for kflash's own targets only; nothing is forced on consumers.
+# Warnings for kflash's own targets only; nothing is forced on consumers. With
+# KFLASH_CUDA_DEVICE_WERROR (the CUDA lane of CI), nvcc's device-code diagnostics become errors:
+# a __host__ function called from __host__ __device__ code (cudafe 20011) and an implicit capture
+# of 'this' in an extended lambda (20178).
+option(KFLASH_CUDA_DEVICE_WERROR "Make nvcc device-code diagnostics errors for kflash's targets" OFF)
 function(kflash_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -Wall -Wextra)
+  endif()
+  if(KFLASH_CUDA_DEVICE_WERROR)
+    target_compile_options(${target} PRIVATE "SHELL:-Xcudafe --diag_error=20011"
+                           "SHELL:-Xcudafe --diag_error=20178" --Wext-lambda-captures-this)
+  endif()
+endfunction()
+
+# add_test that, in a build whose Kokkos has Cuda, first checks for a GPU: Kokkos cannot initialize
+# without one, so there the test is reported as skipped (not passed, not silently left out).
+function(kflash_add_test name)
+  if(KFLASH_HAS_CUDA)
+    add_test(NAME ${name} COMMAND ${PROJECT_SOURCE_DIR}/tests/run-if-gpu.sh ${ARGN})
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  else()
+    add_test(NAME ${name} COMMAND ${ARGN})
   endif()
 endfunction()

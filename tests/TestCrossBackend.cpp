@@ -39,7 +39,8 @@ TYPED_TEST_SUITE(CrossBackendTest, Scalars);
 
 TYPED_TEST(CrossBackendTest, SerialMatchesOpenMP) {
   std::cout << "OpenMP threads: " << Kokkos::OpenMP().concurrency() << "\n";
-  for (auto shape : {std::pair<std::size_t, std::size_t>{1000, 64}, {7, 5000}, {1, 1 << 20}, {3, 300001}}) {
+  const std::vector<std::pair<std::size_t, std::size_t>> shapes = {{1000, 64}, {7, 5000}, {1, 1 << 20}, {3, 300001}};
+  for (const auto& shape : shapes) {
     compare<TypeParam>(shape.first, shape.second);
     if (::testing::Test::HasFatalFailure()) return;
   }

@@ -19,16 +19,21 @@ template <class View>
 std::string describe(const char* name, const View& v) {
   constexpr int rank = view_rank<View>;
   std::size_t extents[rank > 0 ? rank : 1] = {};
-  for (int i = 0; i < rank; ++i) extents[i] = v.extent(i);
+  if constexpr (rank > 0) {
+    for (int i = 0; i < rank; ++i) extents[i] = v.extent(i);
+  }
   return describe_extents(name, rank, extents);
 }
 
 template <class A, class B>
 bool same_extents(const A& a, const B& b) {
-  if (view_rank<A> != view_rank<B>) return false;
-  for (int i = 0; i < view_rank<A>; ++i)
-    if (a.extent(i) != b.extent(i)) return false;
-  return true;
+  if constexpr (view_rank<A> != view_rank<B>) {
+    return false;
+  } else {
+    for (int i = 0; i < view_rank<A>; ++i)
+      if (a.extent(i) != b.extent(i)) return false;
+    return true;
+  }
 }
 
 /// Throws unless `v` has one of the ranks in [lo, hi].
