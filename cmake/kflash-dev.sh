@@ -172,7 +172,6 @@ setup_cuda_kokkos() {
   setup_cuda_toolkit
   if [ -z "$(probe_kokkos "$cuda_prefix" Cuda)" ]; then
     say "building Kokkos 3.4.01 with Cuda (Ampere80, CUDA 11.8, g++-11) + OpenMP + Serial"
-    fetch_kokkos_source
     build_kokkos "$cuda_prefix" -DCMAKE_CXX_COMPILER="$kokkos_src/kokkos/bin/nvcc_wrapper" \
         -DCMAKE_CXX_FLAGS=-arch=sm_80 -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
         -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
@@ -215,7 +214,7 @@ case "$cmd" in
   test)  build; ctest --test-dir "$build_dir" --output-on-failure "$@" ;;
   cuda)  build_cuda
          ctest --test-dir "$cuda_build_dir" --output-on-failure "$@"
-         if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+         if ! bash "$src_dir/tests/run-if-gpu.sh" true >/dev/null; then
            say "CUDA lane: every target was built for Kokkos::Cuda (kflash_test_cuda, kflash_test_serial,"
            say "kflash_test_openmp, kflash_test_cross_backend, kflash-demo, kflash-accuracy, both consumer"
            say "projects); the test executables were skipped: no CUDA device on this machine"
