@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,18 @@ template <class V>
 std::vector<typename V::non_const_value_type> to_host(const V& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::vector<typename V::non_const_value_type>(h.data(), h.data() + h.extent(0));
+}
+
+/// Expects f() to throw std::invalid_argument whose message contains every one of `parts`.
+template <class F>
+void expect_invalid(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
 }
 
 }  // namespace kflash_test

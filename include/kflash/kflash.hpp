@@ -1,6 +1,8 @@
 // kflash: softmax and attention on the online-softmax recurrence, for every Kokkos backend.
 #pragma once
 
+#include <kflash/attention.hpp>
+#include <kflash/attention_state.hpp>
 #include <kflash/softmax.hpp>
 #include <kflash/softmax_state.hpp>
 #include <kflash/version.hpp>

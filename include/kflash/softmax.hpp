@@ -41,26 +41,6 @@ struct RowKernel {
   RowPhase phase;
   index_t items_per_row;  // work items (teams) per row in this phase: 1 or plan.chunks
 
-  /// The state of x(r, b:e): the tile's maximum first, then a compensated sum of exp(x - max), so
-  /// the sum is rescaled once per tile (when merged), not at every new maximum.
-  KOKKOS_INLINE_FUNCTION state_type tile_state(const member_type& team, index_t r, index_t b,
-                                               index_t e) const {
-    T m;
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, b, e),
-        [&](index_t i, T& acc) {
-          const T v = x(r, i);
-          if (v > acc) acc = v;
-        },
-        MaxOf<T>(m));
-    state_type sum;  // its max stays -inf: merges of such states add the sums (compensated)
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, b, e),
-        [&](index_t i, state_type& acc) { acc.add_term(state_type::weight(x(r, i), m)); },
-        reducer_type(sum));
-    return state_type{m, sum.sum, sum.comp};
-  }
-
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const index_t item = team.league_rank();
     const index_t r = item / items_per_row;
@@ -81,7 +61,8 @@ struct RowKernel {
           Kokkos::TeamThreadRange(team, (end - begin + tile - 1) / tile),
           [&](index_t t, state_type& acc) {
             const index_t tb = begin + t * tile;
-            acc.merge(tile_state(team, r, tb, tb + tile < end ? tb + tile : end));
+            acc.merge(vector_tile_state<T>(team, tb, tb + tile < end ? tb + tile : end,
+                                           [&](index_t i) { return x(r, i); }));
           },
           reducer_type(s));
     }

@@ -80,10 +80,17 @@ struct SoftmaxState {
 
   /// Merges another state into this one (the monoid operation).
   KOKKOS_INLINE_FUNCTION void merge(const SoftmaxState& other) {
+    T fa, fb;
+    merge(other, fa, fb);
+  }
+
+  /// The same, also giving the factors applied: l = fa * l_this + fb * l_other. Quantities that are
+  /// sums weighted like l (attention's output O) merge with the same factors.
+  KOKKOS_INLINE_FUNCTION void merge(const SoftmaxState& other, T& fa, T& fb) {
     const T m = other.max > max ? other.max : max;
     // Factors exp(max_i - m) <= 1; a state whose max equals m keeps factor 1 (also for infinite m).
-    const T fa = max == m ? T(1) : impl::exp(max - m);
-    const T fb = other.max == m ? T(1) : impl::exp(other.max - m);
+    fa = max == m ? T(1) : impl::exp(max - m);
+    fb = other.max == m ? T(1) : impl::exp(other.max - m);
     rescale(fa);
     add_term(other.sum * fb);
     comp += other.comp * fb;
@@ -189,6 +196,39 @@ struct MaxOf {
   KOKKOS_INLINE_FUNCTION result_view_type view() const { return value_; }
   KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
 };
+
+/// The state of the values value(i), i in [b, e), over a team thread's vector lanes: the maximum
+/// first, then a compensated sum of the weights exp(value - max), each also handed to
+/// store(i, weight). Summing against a fixed maximum means no rescale per element: long or
+/// monotone runs keep full accuracy.
+template <class T, class Member, class Index, class F, class Store>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Index b, Index e,
+                                                         const F& value, const Store& store) {
+  T m;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, b, e),
+      [&](Index i, T& acc) {
+        const T v = value(i);
+        if (v > acc) acc = v;
+      },
+      MaxOf<T>(m));
+  SoftmaxState<T> sum;  // its max stays -inf: merges of such states add the sums (compensated)
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, b, e),
+      [&](Index i, SoftmaxState<T>& acc) {
+        const T w = SoftmaxState<T>::weight(value(i), m);
+        store(i, w);
+        acc.add_term(w);
+      },
+      OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
+  return SoftmaxState<T>{m, sum.sum, sum.comp};
+}
+
+template <class T, class Member, class Index, class F>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Index b, Index e,
+                                                         const F& value) {
+  return vector_tile_state<T>(team, b, e, value, [](Index, T) {});
+}
 
 }  // namespace impl
 
