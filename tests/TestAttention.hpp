@@ -340,7 +340,7 @@ TYPED_TEST(AttentionTest, BadInputThrows) {
   V4 q4("q4", 1, 4, 5, 8), o4("o4", 1, 4, 5, 4), k6("k6", 1, 2, 7, 6), v9("v9", 1, 2, 9, 4), ow("ow", 1, 4, 5, 5);
   Kokkos::View<T***, AMem> q3("q3", 1, 5, 8), lse("lse", 1, 4, 6);
   const AExec exec;
-  const kflash::AttentionOptions opt;
+  const kflash::AttentionOptions opt{};
   expect_invalid([&] { kflash::attention(exec, q, k, v, o, opt); },
                  {"kflash::attention", "multiple", "q (1, 3, 5, 8)", "k (1, 2, 7, 8)"});
   expect_invalid([&] { kflash::attention(exec, q4, k6, v, o4, opt); }, {"head dimension D", "k (1, 2, 7, 6)"});
