@@ -2,7 +2,7 @@
 # kflash developer driver: installs what a fresh Debian 12 machine lacks, finds or builds Kokkos,
 # configures and builds kflash, then runs the main job or the tests.
 #
-#   bash cmake/kflash-dev.sh main [args]   build, then run the main job (kflash-demo) with [args]
+#   bash cmake/kflash-dev.sh main [args]   build, then run the main job: kflash-bench [args] --out build/bench
 #   bash cmake/kflash-dev.sh test [args]   build, then run every test (ctest [args])
 #   bash cmake/kflash-dev.sh cuda [args]   CUDA lane: build everything for Kokkos::Cuda in build-cuda/,
 #                                          then ctest [args] (CUDA tests are skipped without a GPU)
@@ -54,7 +54,7 @@ need_packages() {
 }
 
 base_packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
-               ca-certificates xz-utils)
+               libopenblas-dev nlohmann-json3-dev python3-matplotlib ca-certificates xz-utils)
 
 # --- 2. Kokkos ----------------------------------------------------------------------------------
 # Asks CMake's find_package whether a Kokkos with the OpenMP backend is visible from the given root
@@ -209,8 +209,7 @@ case "$cmd" in
   deps)  setup_deps ;;
   build) build ;;
   main)  build
-         export OMP_PROC_BIND=${OMP_PROC_BIND:-spread} OMP_PLACES=${OMP_PLACES:-threads}
-         "$build_dir/perf/kflash-demo" "$@" ;;
+         "$build_dir/perf/kflash-bench" --out "$build_dir/bench" "$@" ;;
   test)  build; ctest --test-dir "$build_dir" --output-on-failure "$@" ;;
   cuda)  build_cuda
          ctest --test-dir "$cuda_build_dir" --output-on-failure "$@"

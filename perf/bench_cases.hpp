@@ -1,0 +1,329 @@
+// Benchmark bodies of kflash-bench: machine limits, baselines and kflash kernels, per backend.
+// Every body warms up once (first touch, workspaces), then times each iteration between fences
+// (manual time). Limits and baselines run before the kflash case that refers to them, in the same
+// process, so each kflash figure carries its fraction of the limit and its speed-up as counters.
+#pragma once
+
+#include <kflash/kflash.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#if KFLASH_BENCH_HAS_CBLAS
+#include <cblas.h>
+#endif
+
+namespace kflash_bench {
+
+using index_t = std::int64_t;
+
+/// Results shared between the benchmarks of one run: limits per backend ("OpenMP/copy_bw" in
+/// bytes/s, "OpenMP/sgemm" in FLOP/s) and the best baseline time per case (seconds per iteration).
+struct Shared {
+  std::map<std::string, double> limit;
+  std::map<std::string, double> baseline_seconds;
+  std::map<std::string, double> baseline_extra_bytes;
+};
+inline Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+/// Times f between fences for every iteration; returns seconds per iteration.
+template <class Exec, class F>
+double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
+  f();  // warm-up: first touch of outputs, workspaces
+  exec.fence();
+  double total = 0;
+  for (auto _ : state) {
+    exec.fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    exec.fence();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  return state.iterations() > 0 ? total / double(state.iterations()) : 0;
+}
+
+/// Rate counter (units per second) plus the label naming its unit.
+inline void set_rate(benchmark::State& state, double units_per_iteration, const char* unit) {
+  state.counters["rate"] = benchmark::Counter(units_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(unit);
+}
+
+/// Fraction of the limit `limit_key`, speed-up over the baseline of `case_key`, extra memory.
+inline void set_relative(benchmark::State& state, const std::string& limit_key, double units_per_second,
+                         const std::string& case_key, double seconds, double extra_bytes) {
+  auto& sh = shared();
+  if (sh.limit.count(limit_key) && sh.limit[limit_key] > 0)
+    state.counters["frac_of_limit"] = units_per_second / sh.limit[limit_key];
+  if (sh.baseline_seconds.count(case_key) && seconds > 0)
+    state.counters["speedup_vs_baseline"] = sh.baseline_seconds[case_key] / seconds;
+  state.counters["extra_MiB"] = extra_bytes / (1 << 20);
+  if (sh.baseline_extra_bytes.count(case_key))
+    state.counters["baseline_extra_MiB"] = sh.baseline_extra_bytes[case_key] / (1 << 20);
+}
+
+inline void record_baseline(const std::string& case_key, double seconds, double extra_bytes) {
+  auto& sh = shared();
+  auto it = sh.baseline_seconds.find(case_key);
+  if (it == sh.baseline_seconds.end() || seconds < it->second) sh.baseline_seconds[case_key] = seconds;
+  sh.baseline_extra_bytes[case_key] = extra_bytes;
+}
+
+template <class T>
+const char* type_name() {
+  return sizeof(T) == 4 ? "fp32" : "fp64";
+}
+
+/// Fills a View with normal(0, 1) values (generated on the host, copied).
+template <class V>
+void fill_normal(const V& v, unsigned seed) {
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = static_cast<typename V::value_type>(dist(gen));
+  Kokkos::deep_copy(v, h);
+}
+
+// --- Host BLAS (OpenBLAS through CBLAS): the GEMM limit and the materialised-attention baseline.
+#if KFLASH_BENCH_HAS_CBLAS
+inline void blas_threads(int n) { openblas_set_num_threads(n); }
+/// C (m x n) = alpha A (m x k) op(B) + beta C, row-major; B is (n x k) when trans_b.
+inline void gemm(bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
+                 float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
+              trans_b ? k : n, beta, c, n);
+}
+inline void gemm(bool trans_b, int m, int n, int k, double alpha, const double* a, const double* b,
+                 double beta, double* c) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
+              trans_b ? k : n, beta, c, n);
+}
+#endif
+
+// --- Machine limits ----------------------------------------------------------------------------
+
+/// STREAM-like kernels over arrays of 2^25 doubles (256 MiB each, far beyond the last-level cache).
+template <class Exec>
+void limit_bandwidth(benchmark::State& state, const std::string& backend, int kind) {
+  using mem = typename Exec::memory_space;
+  const index_t n = index_t(1) << 25;
+  const Exec exec;
+  Kokkos::View<double*, mem> a("a", n), b("b", n), c("c", n);
+  Kokkos::deep_copy(a, 1.0);
+  Kokkos::deep_copy(b, 2.0);
+  Kokkos::deep_copy(c, 3.0);
+  double sink = 0;
+  const double s = run_timed(state, exec, [&] {
+    if (kind == 0) {
+      Kokkos::parallel_reduce("bench::read", Kokkos::RangePolicy<Exec>(exec, 0, n),
+                              KOKKOS_LAMBDA(index_t i, double& acc) { acc += a(i); }, sink);
+    } else if (kind == 1) {
+      Kokkos::parallel_for("bench::copy", Kokkos::RangePolicy<Exec>(exec, 0, n),
+                           KOKKOS_LAMBDA(index_t i) { b(i) = a(i); });
+    } else {
+      Kokkos::parallel_for("bench::triad", Kokkos::RangePolicy<Exec>(exec, 0, n),
+                           KOKKOS_LAMBDA(index_t i) { a(i) = b(i) + 3.0 * c(i); });
+    }
+  });
+  const double bytes = double(n) * sizeof(double) * (kind == 0 ? 1 : kind == 1 ? 2 : 3);
+  set_rate(state, bytes, "GB/s");
+  shared().limit[backend + (kind == 0 ? "/read_bw" : kind == 1 ? "/copy_bw" : "/triad_bw")] = bytes / s;
+  benchmark::DoNotOptimize(sink);
+}
+
+#if KFLASH_BENCH_HAS_CBLAS
+template <class T>
+void limit_gemm(benchmark::State& state, const std::string& backend, int threads) {
+  const int n = 2048;
+  std::vector<T> a(std::size_t(n) * n), b(a.size()), c(a.size());
+  std::mt19937 gen(3);
+  std::normal_distribution<double> dist;
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(dist(gen)), b[i] = T(dist(gen));
+  blas_threads(threads);
+  const double s = run_timed(state, Kokkos::DefaultHostExecutionSpace(),
+                             [&] { gemm(false, n, n, n, T(1), a.data(), b.data(), T(0), c.data()); });
+  const double flops = 2.0 * n * double(n) * n;
+  set_rate(state, flops, "GFLOP/s");
+  shared().limit[backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm")] = flops / s;
+}
+#endif
+
+// --- softmax, log_softmax, logsumexp --------------------------------------------------------------
+
+enum class RowKind { softmax, log_softmax, logsumexp };
+inline const char* row_kind_name(RowKind k) {
+  return k == RowKind::softmax ? "softmax" : k == RowKind::log_softmax ? "log_softmax" : "logsumexp";
+}
+
+/// Baselines as hand-written Kokkos code does it, one team per row: `passes` = 3 runs a kernel for
+/// the row maxima, one for the sums of exponentials, one to write; `passes` = 2 computes maximum and
+/// sum as two reductions in one kernel, then writes. With causal_shift >= 0, entries j > r + shift
+/// count as -inf (the masked scores of materialised attention).
+template <class Exec, class X, class Y, class Stat>
+void baseline_rows(const Exec& exec, RowKind kind, int passes, const X& x, const Y& y, const Stat& mx,
+                   const Stat& sm, index_t causal_shift = -1) {
+  using T = typename X::non_const_value_type;
+  using policy = Kokkos::TeamPolicy<Exec>;
+  using member = typename policy::member_type;
+  const index_t rows = x.extent(0), cols = x.extent(1);
+  auto value = [=] KOKKOS_FUNCTION(index_t r, index_t j) {
+    return causal_shift >= 0 && j > r + causal_shift ? -kflash::impl::infinity<T>() : x(r, j);
+  };
+  auto row_max = [=] KOKKOS_FUNCTION(const member& t, index_t r) {
+    T m;
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols), [&](index_t j, T& acc) {
+      const T v = value(r, j);
+      if (v > acc) acc = v;
+    }, Kokkos::Max<T>(m));
+    return m;
+  };
+  auto row_sum = [=] KOKKOS_FUNCTION(const member& t, index_t r, T m) {
+    T s;
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols),
+                            [&](index_t j, T& acc) { acc += kflash::impl::exp(value(r, j) - m); }, s);
+    return s;
+  };
+  const auto pol = policy(exec, int(rows), Kokkos::AUTO);
+  if (passes == 3) {
+    Kokkos::parallel_for("baseline::max", pol, KOKKOS_LAMBDA(const member& t) {
+      const T m = row_max(t, t.league_rank());
+      Kokkos::single(Kokkos::PerTeam(t), [&] { mx(t.league_rank()) = m; });
+    });
+    Kokkos::parallel_for("baseline::sum", pol, KOKKOS_LAMBDA(const member& t) {
+      const T s = row_sum(t, t.league_rank(), mx(t.league_rank()));
+      Kokkos::single(Kokkos::PerTeam(t), [&] { sm(t.league_rank()) = s; });
+    });
+  } else {
+    Kokkos::parallel_for("baseline::max_sum", pol, KOKKOS_LAMBDA(const member& t) {
+      const T m = row_max(t, t.league_rank());
+      const T s = row_sum(t, t.league_rank(), m);
+      Kokkos::single(Kokkos::PerTeam(t), [&] {
+        mx(t.league_rank()) = m;
+        sm(t.league_rank()) = s;
+      });
+    });
+  }
+  if (kind == RowKind::logsumexp) {
+    Kokkos::parallel_for("baseline::lse", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+                         KOKKOS_LAMBDA(index_t r) { mx(r) = mx(r) + kflash::impl::log(sm(r)); });
+    return;
+  }
+  const bool log_space = kind == RowKind::log_softmax;
+  Kokkos::parallel_for("baseline::write", pol, KOKKOS_LAMBDA(const member& t) {
+    const index_t r = t.league_rank();
+    const T m = mx(r), s = sm(r);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(t, cols), [&](index_t j) {
+      const T v = value(r, j) - m;
+      y(r, j) = log_space ? v - kflash::impl::log(s) : kflash::impl::exp(v) / s;
+    });
+  });
+}
+
+/// One case: kind, type, rows x cols. `variant`: 0 = kflash, 2 or 3 = the baseline of that many passes.
+template <class Exec, class T>
+void row_case(benchmark::State& state, const std::string& backend, RowKind kind, index_t rows, index_t cols,
+              int variant) {
+  using mem = typename Exec::memory_space;
+  const Exec exec;
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", rows, cols), y("y", kind == RowKind::logsumexp ? 0 : rows,
+                                                                    kind == RowKind::logsumexp ? 0 : cols);
+  Kokkos::View<T*, mem> mx("max", rows), sm("sum", rows);
+  fill_normal(x, 1);
+  const std::string key = backend + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
+                          std::to_string(rows) + "x" + std::to_string(cols);
+  const double s = run_timed(state, exec, [&] {
+    if (variant != 0) baseline_rows(exec, kind, variant, x, y, mx, sm);
+    else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
+    else if (kind == RowKind::log_softmax) kflash::log_softmax(exec, x, y);
+    else kflash::logsumexp(exec, x, mx);
+  });
+  // Minimum traffic: one read and one write of the matrix (one read for logsumexp).
+  const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 1 : 2);
+  set_rate(state, bytes, "GB/s");
+  if (variant != 0) {
+    record_baseline(key, s, 2.0 * rows * sizeof(T));  // the row maxima and sums
+    return;
+  }
+  const auto plan = kflash::impl::plan_rows(exec, rows, cols);
+  const double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
+  set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
+}
+
+// --- attention ---------------------------------------------------------------------------------
+
+struct AttnCase {
+  index_t B, H, Hk, Nq, Nk, D;
+  bool causal;
+  bool decode;  // reported as bytes of K and V read, against the read bandwidth
+};
+
+inline std::string attn_shape(const AttnCase& c) {
+  return std::to_string(c.B) + "x" + std::to_string(c.H) + (c.Hk != c.H ? "(kv" + std::to_string(c.Hk) + ")" : "") +
+         "x" + std::to_string(c.Nq) + (c.Nk != c.Nq ? "x" + std::to_string(c.Nk) : "") + "x" +
+         std::to_string(c.D) + (c.causal ? "/causal" : "");
+}
+
+/// variant 0: kflash::attention; 1: materialised (S = scale Q K^T by GEMM, row softmax, O = P V by
+/// GEMM), head by head with one Nq x Nk score buffer, as a Kokkos Kernels user would write it.
+template <class Exec, class T>
+void attention_case(benchmark::State& state, const std::string& backend, const AttnCase& c, int variant,
+                    int blas_thread_count) {
+  using mem = typename Exec::memory_space;
+  const Exec exec;
+  Kokkos::View<T****, Kokkos::LayoutRight, mem> q("q", c.B, c.H, c.Nq, c.D), k("k", c.B, c.Hk, c.Nk, c.D),
+      v("v", c.B, c.Hk, c.Nk, c.D), o("o", c.B, c.H, c.Nq, c.D);
+  fill_normal(q, 1);
+  fill_normal(k, 2);
+  fill_normal(v, 3);
+  kflash::AttentionOptions opt;
+  opt.causal = c.causal;
+  const std::string key = backend + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
+  double s = 0;
+  if (variant == 0) {
+    s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt); });
+  } else {
+#if KFLASH_BENCH_HAS_CBLAS
+    Kokkos::View<T**, Kokkos::LayoutRight, mem> scores("scores", c.Nq, c.Nk);
+    Kokkos::View<T*, mem> mx("max", c.Nq), sm("sum", c.Nq);
+    const T scale = T(1 / std::sqrt(double(c.D)));
+    blas_threads(blas_thread_count);
+    s = run_timed(state, exec, [&] {
+      for (index_t b = 0; b < c.B; ++b)
+        for (index_t h = 0; h < c.H; ++h) {
+          const index_t hk = h / (c.H / c.Hk);
+          gemm(true, int(c.Nq), int(c.Nk), int(c.D), scale, &q(b, h, 0, 0), &k(b, hk, 0, 0), T(0), scores.data());
+          baseline_rows(exec, RowKind::softmax, 3, scores, scores, mx, sm, c.causal ? c.Nk - c.Nq : -1);
+          exec.fence();
+          gemm(false, int(c.Nq), int(c.D), int(c.Nk), T(1), scores.data(), &v(b, hk, 0, 0), T(0), &o(b, h, 0, 0));
+        }
+    });
+#endif
+  }
+  const double flops = 4.0 * c.B * c.H * double(c.Nq) * c.Nk * c.D * (c.causal ? 0.5 : 1.0);
+  const double bytes = 2.0 * c.B * c.Hk * double(c.Nk) * c.D * sizeof(T);  // K and V read once
+  if (c.decode) set_rate(state, bytes, "GB/s");
+  else set_rate(state, flops, "GFLOP/s");
+  if (variant != 0) {
+    record_baseline(key, s, double(c.Nq) * c.Nk * sizeof(T));
+    return;
+  }
+  kflash::impl::AttentionPlan p;
+  p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D, p.causal = c.causal;
+  p = kflash::impl::plan_attention(exec, p, opt);
+  const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
+  const std::string limit = backend + (c.decode ? "/read_bw" : sizeof(T) == 4 ? "/sgemm" : "/dgemm");
+  set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
+}
+
+}  // namespace kflash_bench

@@ -1,0 +1,352 @@
+// kflash-bench: every kflash kernel on every enabled backend, against the machine's own limits
+// (memory bandwidth, GEMM throughput) and against the baselines users would otherwise run, all
+// measured in the same run. See README "Benchmarks" and `kflash-bench --help`.
+#include "bench_cases.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <unistd.h>
+
+namespace kflash_bench {
+namespace {
+
+struct Options {
+  std::string backend;  // empty: all
+  std::string filter;   // regex over benchmark names; empty: all
+  bool full = false;
+  std::string out;
+  std::vector<std::string> compare;
+};
+
+const char* usage =
+    "usage: kflash-bench [--backend NAME] [--filter REGEX] [--full] [--out DIR]\n"
+    "       kflash-bench --compare A.json B.json\n"
+    "  --backend NAME   Serial, OpenMP or Cuda (default: every enabled backend)\n"
+    "  --filter REGEX   kernels/shapes to run, matched against names such as\n"
+    "                   'OpenMP/softmax/fp32/4096x1024/kflash' (limits always run)\n"
+    "  --full           the whole grid instead of the default selection (~2 min on 2 cores)\n"
+    "  --out DIR        write DIR/results.json (Google Benchmark JSON) and DIR/summary.png\n"
+    "  --compare A B    ratio between two results.json files, kernel by kernel\n"
+    "  Kokkos options (--kokkos-threads=N, ...) are passed to Kokkos.\n";
+
+struct Registry {
+  Options opt;
+  std::vector<std::pair<std::string, std::function<void(benchmark::State&)>>> entries;
+
+  void add(const std::string& name, std::function<void(benchmark::State&)> f, bool always = false) {
+    if (!always && !opt.filter.empty() && !std::regex_search(name, std::regex(opt.filter))) return;
+    entries.emplace_back(name, std::move(f));
+  }
+};
+
+template <class Exec>
+void register_backend(Registry& reg) {
+  const std::string be = Exec::name();
+  if (!reg.opt.backend.empty() && reg.opt.backend != be) return;
+  const bool host = kflash::impl::RowTraits<Exec>::is_host;
+  const int threads = Exec().concurrency();
+
+  const char* bw[] = {"read_bw", "copy_bw", "triad_bw"};
+  for (int kind = 0; kind < 3; ++kind)
+    reg.add(be + "/limits/" + bw[kind], [=](benchmark::State& s) { limit_bandwidth<Exec>(s, be, kind); }, true);
+#if KFLASH_BENCH_HAS_CBLAS
+  if (host) {
+    reg.add(be + "/limits/sgemm_2048", [=](benchmark::State& s) { limit_gemm<float>(s, be, threads); }, true);
+    reg.add(be + "/limits/dgemm_2048", [=](benchmark::State& s) { limit_gemm<double>(s, be, threads); }, true);
+  }
+#endif
+
+  // softmax family
+  using Shape = std::pair<index_t, index_t>;
+  const std::vector<Shape> full_shapes = {{4096, 1024}, {1024, 32768}, {64, 1048576}, {1, 67108864}, {65536, 64}};
+  const std::vector<Shape> default_shapes = {{4096, 1024}, {1, 16777216}, {65536, 64}};
+  auto add_rows = [&](auto type_tag, RowKind kind, Shape sh) {
+    using T = decltype(type_tag);
+    const std::string base = be + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
+                             std::to_string(sh.first) + "x" + std::to_string(sh.second);
+    for (int variant : {3, 2, 0}) {
+      reg.add(base + (variant == 3 ? "/baseline_3pass" : variant == 2 ? "/baseline_2pass" : "/kflash"),
+              [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, variant); });
+    }
+  };
+  for (RowKind kind : {RowKind::softmax, RowKind::log_softmax, RowKind::logsumexp}) {
+    if (reg.opt.full) {
+      for (const Shape& sh : full_shapes) {
+        add_rows(float(), kind, sh);
+        add_rows(double(), kind, sh);
+      }
+    } else if (kind != RowKind::log_softmax) {
+      for (const Shape& sh : default_shapes) add_rows(float(), kind, sh);
+    }
+  }
+
+  // attention and decode
+  std::vector<AttnCase> cases;
+  if (reg.opt.full) {
+    for (bool causal : {false, true})
+      for (AttnCase c : {AttnCase{1, 8, 8, 1024, 1024, 64, causal, false}, AttnCase{1, 8, 8, 4096, 4096, 64, causal, false},
+                         AttnCase{1, 4, 4, 4096, 4096, 128, causal, false},
+                         AttnCase{1, 1, 1, 16384, 16384, 64, causal, false}})
+        cases.push_back(c);
+    cases.push_back({1, 8, 1, 1, 65536, 128, false, true});
+    cases.push_back({1, 8, 1, 1, 1048576, 128, false, true});
+  } else {
+    cases = {{1, 8, 8, 1024, 1024, 64, false, false}, {1, 8, 8, 1024, 1024, 64, true, false},
+             {1, 8, 1, 1, 65536, 128, false, true}};
+  }
+  auto add_attention = [&](auto type_tag, const AttnCase& c) {
+    using T = decltype(type_tag);
+    const std::string base =
+        be + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
+#if KFLASH_BENCH_HAS_CBLAS
+    if (host)
+      reg.add(base + "/baseline_materialised",
+              [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 1, threads); });
+#endif
+    reg.add(base + "/kflash", [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 0, threads); });
+  };
+  for (const AttnCase& c : cases) {
+    add_attention(float(), c);
+    if (reg.opt.full) add_attention(double(), c);
+  }
+}
+
+/// Prints a progress line per finished benchmark and keeps the runs for the table.
+class ProgressReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit ProgressReporter(std::size_t total) : total_(total) {}
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Iteration) continue;
+      runs_.push_back(r);
+      std::fprintf(stderr, "[%3zu/%zu] %-62s %10.3f ms%s\n", runs_.size(), total_,
+                   r.run_name.function_name.c_str(),
+                   r.GetAdjustedRealTime(), r.error_occurred ? ("  ERROR " + r.error_message).c_str() : "");
+    }
+  }
+  const std::vector<Run>& runs() const { return runs_; }
+
+ private:
+  std::size_t total_;
+  std::vector<Run> runs_;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string counter(const benchmark::BenchmarkReporter::Run& r, const char* name, const char* f, double scale = 1) {
+  auto it = r.counters.find(name);
+  return it == r.counters.end() ? "-" : fmt(f, double(it->second) * scale);
+}
+
+void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
+  std::printf("\n%-7s %-12s %-28s %-22s %10s %14s %9s %9s %18s\n", "backend", "kernel", "shape", "variant",
+              "time [ms]", "rate", "of limit", "speed-up", "extra MiB (base)");
+  for (const auto& r : runs) {
+    const std::string name = r.run_name.function_name;
+    // backend/kernel/.../variant: the shape is everything between kernel and variant
+    const auto first = name.find('/'), second = name.find('/', first + 1), last = name.rfind('/');
+    const std::string backend = name.substr(0, first), kernel = name.substr(first + 1, second - first - 1);
+    const std::string shape = second < last ? name.substr(second + 1, last - second - 1) : "";
+    const std::string variant = name.substr(last + 1);
+    const std::string unit = r.report_label.empty() ? "" : " " + r.report_label;
+    std::string extra = counter(r, "extra_MiB", "%.1f");
+    if (r.counters.count("baseline_extra_MiB")) extra += " (" + counter(r, "baseline_extra_MiB", "%.1f") + ")";
+    std::printf("%-7s %-12s %-28s %-22s %10.3f %14s %9s %9s %18s\n", backend.c_str(), kernel.c_str(),
+                shape.c_str(), variant.c_str(), r.GetAdjustedRealTime(),
+                (counter(r, "rate", "%.2f", 1e-9) + unit).c_str(), counter(r, "frac_of_limit", "%.2f").c_str(),
+                counter(r, "speedup_vs_baseline", "%.2fx").c_str(), variant == "kflash" ? extra.c_str() : "");
+  }
+  std::printf(
+      "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
+      "read once) or GFLOP/s (attention 4 B H Nq Nk D, half for causal). of limit: against copy bandwidth\n"
+      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or sgemm/dgemm 2048^3 through OpenBLAS with\n"
+      "the backend's thread count (attention), all measured above in this run. speed-up: over the fastest\n"
+      "baseline of the same case. extra MiB: kflash workspace (baseline: its score buffer / row statistics).\n");
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+int compare(const std::string& a_path, const std::string& b_path) {
+  auto load = [](const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot read " + path);
+    std::map<std::string, double> times;  // name -> ms
+    const auto j = nlohmann::json::parse(f);
+    for (const auto& b : j.at("benchmarks")) {
+      if (b.value("run_type", "iteration") != "iteration") continue;
+      const std::string unit = b.value("time_unit", "ns");
+      const double scale = unit == "ns" ? 1e-6 : unit == "us" ? 1e-3 : unit == "ms" ? 1 : 1e3;
+      // Names as registered: without Google Benchmark's /min_time:... and /manual_time suffixes.
+      const std::string name = std::regex_replace(b.at("name").get<std::string>(),
+                                                  std::regex("/min_time:[^/]*|/manual_time"), "");
+      times[name] = b.at("real_time").get<double>() * scale;
+    }
+    return times;
+  };
+  auto a = load(a_path), b = load(b_path);
+  // Same names, or (comparing two backends) the same names after the backend.
+  auto strip = [](const std::map<std::string, double>& m) {
+    std::map<std::string, double> out;
+    for (const auto& [name, t] : m) out[name.substr(name.find('/') + 1)] = t;
+    return out;
+  };
+  bool any = false;
+  for (const auto& kv : a) any = any || b.count(kv.first);
+  if (!any) a = strip(a), b = strip(b);
+  std::printf("%-70s %12s %12s %10s\n", "benchmark", "A [ms]", "B [ms]", "A / B");
+  int n = 0;
+  for (const auto& [name, ta] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) continue;
+    std::printf("%-70s %12.3f %12.3f %9.2fx\n", name.c_str(), ta, it->second, ta / it->second);
+    ++n;
+  }
+  std::printf("%d benchmarks in both files (A / B > 1: B is faster)\n", n);
+  return n > 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kflash_bench
+
+int main(int argc, char* argv[]) {
+  using namespace kflash_bench;
+  Options opt;
+  std::vector<char*> passthrough = {argv[0]};  // Kokkos options
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kflash-bench: %s needs a value\n%s", a.c_str(), usage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--backend") opt.backend = next();
+    else if (a == "--filter") opt.filter = next();
+    else if (a == "--full") opt.full = true;
+    else if (a == "--out") opt.out = next();
+    else if (a == "--compare") {
+      opt.compare.push_back(next());
+      opt.compare.push_back(next());
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    } else if (a.rfind("--kokkos", 0) == 0) passthrough.push_back(argv[i]);
+    else {
+      std::fprintf(stderr, "kflash-bench: unknown argument '%s'\n%s", a.c_str(), usage);
+      return 2;
+    }
+  }
+  if (!opt.compare.empty()) {
+    try {
+      return compare(opt.compare[0], opt.compare[1]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kflash-bench --compare: %s\n", e.what());
+      return 2;
+    }
+  }
+
+  // OpenBLAS's threads inherit the binding of the thread that starts them: with the main thread
+  // pinned to one core (OMP_PROC_BIND=spread/close/true), the GEMM limit measured about 2.5x too
+  // low here, which would inflate every attention fraction. Unpinned unless the user says otherwise.
+  const char* bind = std::getenv("OMP_PROC_BIND");
+  if (!bind) {
+    setenv("OMP_PROC_BIND", "false", 1);
+  } else if (std::string(bind) != "false") {
+    std::fprintf(stderr,
+                 "kflash-bench: warning: OMP_PROC_BIND=%s pins the main thread, and OpenBLAS's threads "
+                 "inherit its binding: the GEMM limit and the attention baseline may be understated\n",
+                 bind);
+  }
+  int kargc = int(passthrough.size());
+  Kokkos::ScopeGuard guard(kargc, passthrough.data());
+  kflash::print_configuration(std::cout);
+
+  Registry reg;
+  reg.opt = opt;
+  std::set<std::string> known;
+#if KFLASH_HAS_SERIAL
+  register_backend<Kokkos::Serial>(reg);
+  known.insert("Serial");
+#endif
+#if KFLASH_HAS_OPENMP
+  register_backend<Kokkos::OpenMP>(reg);
+  known.insert("OpenMP");
+#endif
+#if KFLASH_HAS_CUDA
+  register_backend<Kokkos::Cuda>(reg);
+  known.insert("Cuda");
+#endif
+  if (!opt.backend.empty() && !known.count(opt.backend)) {
+    std::fprintf(stderr, "kflash-bench: backend '%s' is not in this build (%s)\n", opt.backend.c_str(),
+                 KFLASH_BACKENDS);
+    return 2;
+  }
+  for (auto& [name, f] : reg.entries)
+    benchmark::RegisterBenchmark(name.c_str(), f)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+
+  // Context recorded in the JSON.
+  benchmark::AddCustomContext("kflash_version", KFLASH_VERSION_STRING);
+  benchmark::AddCustomContext("kokkos_version", KFLASH_KOKKOS_VERSION_STRING);
+  benchmark::AddCustomContext("kflash_backends", KFLASH_BACKENDS);
+  benchmark::AddCustomContext("cpu_model", cpu_model());
+#if KFLASH_HAS_OPENMP
+  benchmark::AddCustomContext("openmp_threads", std::to_string(Kokkos::OpenMP().concurrency()));
+#endif
+  benchmark::AddCustomContext("host_blas", KFLASH_BENCH_HAS_CBLAS ? "OpenBLAS (CBLAS)" : "none");
+
+  std::vector<std::string> bench_args = {argv[0]};
+  if (!opt.out.empty()) {
+    std::system(("mkdir -p '" + opt.out + "'").c_str());
+    bench_args.push_back("--benchmark_out=" + opt.out + "/results.json");
+    bench_args.push_back("--benchmark_out_format=json");
+  }
+  std::vector<char*> bargv;
+  for (auto& s : bench_args) bargv.push_back(s.data());
+  int bargc = int(bargv.size());
+  benchmark::Initialize(&bargc, bargv.data());
+  std::fprintf(stderr, "kflash-bench: %zu benchmarks (%s selection)\n", reg.entries.size(),
+               opt.full ? "full" : "default");
+  ProgressReporter progress(reg.entries.size());
+  benchmark::RunSpecifiedBenchmarks(&progress);
+  benchmark::Shutdown();
+  print_table(progress.runs());
+
+  if (!opt.out.empty()) {
+    std::printf("\nwrote %s/results.json\n", opt.out.c_str());
+    // The script in the source tree, or installed beside the executable (bin/../share/kflash).
+    std::string script = KFLASH_PLOT_SCRIPT;
+    if (!std::ifstream(script)) {
+      char exe[4096] = {};
+      const auto n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      const std::string dir = n > 0 ? std::string(exe, std::size_t(n)) : std::string(".");
+      script = dir.substr(0, dir.rfind('/')) + "/../share/kflash/kflash_plot.py";
+    }
+    const std::string cmd = "/usr/bin/python3 '" + script + "' '" + opt.out + "/results.json' '" + opt.out +
+                            "/summary.png'";
+    if (std::system(cmd.c_str()) == 0) std::printf("wrote %s/summary.png\n", opt.out.c_str());
+    else std::printf("summary.png not written: plotting needs /usr/bin/python3 with matplotlib (%s)\n", script.c_str());
+  }
+  for (const auto& r : progress.runs())
+    if (r.error_occurred) return 1;
+  return 0;
+}
