@@ -181,7 +181,7 @@ void baseline_rows(const Exec& exec, RowKind kind, int passes, const X& x, const
     return causal_shift >= 0 && j > r + causal_shift ? -kflash::impl::infinity<T>() : x(r, j);
   };
   auto row_max = [=] KOKKOS_FUNCTION(const member& t, index_t r) {
-    T m;
+    T m = -kflash::impl::infinity<T>();
     Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols), [&](index_t j, T& acc) {
       const T v = value(r, j);
       if (v > acc) acc = v;
@@ -189,7 +189,7 @@ void baseline_rows(const Exec& exec, RowKind kind, int passes, const X& x, const
     return m;
   };
   auto row_sum = [=] KOKKOS_FUNCTION(const member& t, index_t r, T m) {
-    T s;
+    T s = 0;
     Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols),
                             [&](index_t j, T& acc) { acc += kflash::impl::exp(value(r, j) - m); }, s);
     return s;
