@@ -152,6 +152,28 @@ TYPED_TEST(SoftmaxStateTest, NumericsContract) {
   for (std::size_t i = 0; i < cases.size(); ++i) check(dev[i], cases[i], "device push + merge");
 }
 
+TYPED_TEST(SoftmaxStateTest, ExpNonpositiveAccuracy) {
+  // The library's exp for arguments <= 0: within 2 ulp of exp over [lowest normal result, 0],
+  // exact at 0, exactly 0 below (and for -inf), NaN for NaN.
+  using T = TypeParam;
+  using C = kflash::impl::ExpConstants<T>;
+  std::mt19937_64 gen(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  ld worst = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    // Uniform over the range, and log-uniform near 0 where exp is close to 1.
+    const T x = i % 2 ? T(u(gen) * C::lowest) : T(-std::pow(10.0, -12 * u(gen)));
+    const ld ref = std::exp(ld(x));
+    worst = std::max(worst, std::fabs(kflash::impl::exp_nonpositive(x) - ref) / ref);
+  }
+  EXPECT_LE(worst, 2 * eps<T>) << "worst relative error " << double(worst);
+  EXPECT_EQ(kflash::impl::exp_nonpositive(T(0)), T(1));
+  EXPECT_EQ(kflash::impl::exp_nonpositive(-inf<T>), T(0));
+  EXPECT_EQ(kflash::impl::exp_nonpositive(T(C::lowest) * T(1.01)), T(0));
+  EXPECT_EQ(kflash::impl::exp_nonpositive(-std::numeric_limits<T>::max()), T(0));
+  EXPECT_TRUE(std::isnan(kflash::impl::exp_nonpositive(nan<T>)));
+}
+
 TYPED_TEST(SoftmaxStateTest, LongSequentialPushKeepsAccuracy) {
   // 2^20 pushes one at a time: the compensated sum keeps l within 1e-6 (fp32) / 1e-13 (fp64).
   using T = TypeParam;

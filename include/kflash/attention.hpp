@@ -136,9 +136,9 @@ struct AttentionKernel {
         }
         // The tile's (m, l) and weights exp(s - m_tile), then the monoid merge into the row's
         // state; O merges with the same factors.
-        const SoftmaxState<T> tile = vector_tile_state<T>(
-            team, index_t(0), nk, [&](index_t j) { return ss(i, j); },
-            [&](index_t j, T w) { ss(i, j) = w; });
+        // (one thread per row, vector length 1 on every backend: plain loops)
+        const SoftmaxState<T> tile = serial_tile_state<T>(
+            index_t(0), nk, [&](index_t j) { return ss(i, j); }, [&](index_t j, T w) { ss(i, j) = w; });
         SoftmaxState<T> row = st(i);
         T fa, fb;
         row.merge(tile, fa, fb);

@@ -61,8 +61,13 @@ struct RowKernel {
           Kokkos::TeamThreadRange(team, (end - begin + tile - 1) / tile),
           [&](index_t t, state_type& acc) {
             const index_t tb = begin + t * tile;
-            acc.merge(vector_tile_state<T>(team, tb, tb + tile < end ? tb + tile : end,
-                                           [&](index_t i) { return x(r, i); }));
+            const index_t te = tb + tile < end ? tb + tile : end;
+            auto value = [&](index_t i) { return x(r, i); };
+            if constexpr (RowTraits<ExecSpace>::is_host) {  // one thread: vectorisable loops
+              acc.merge(serial_tile_state<T>(tb, te, value, [](index_t, T) {}));
+            } else {
+              acc.merge(vector_tile_state<T>(team, tb, te, value));
+            }
           },
           reducer_type(s));
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kflash/impl/compat.hpp>
+#include <kflash/impl/fast_exp.hpp>
 
 #include <type_traits>
 
@@ -66,13 +67,14 @@ struct SoftmaxState {
   /// exp(x - m) for an x <= m (or NaN), with the contract's rules where both are infinite:
   /// -inf against a -inf maximum weighs 0, +inf against a +inf maximum weighs 1, NaN gives NaN.
   KOKKOS_INLINE_FUNCTION static T weight(T x, T m) {
-    return x == m ? T(m != -impl::infinity<T>()) : impl::exp(x - m);
+    // Both sides evaluated, then selected by masks: loops over weight() vectorise.
+    return impl::select_same_bits(x, m, T(m != -impl::infinity<T>()), impl::exp_nonpositive(x - m));
   }
 
   /// Adds one element.
   KOKKOS_INLINE_FUNCTION void push(T x) {
     if (x > max) {  // a new maximum (never taken for NaN)
-      rescale(impl::exp(max - x));  // max - x < 0, or -inf when max is -inf or x is +inf: exp gives 0
+      rescale(impl::exp_nonpositive(max - x));  // max - x < 0, or -inf when max is -inf or x is +inf: exp gives 0
       max = x;
     }
     add_term(weight(x, max));
@@ -89,8 +91,8 @@ struct SoftmaxState {
   KOKKOS_INLINE_FUNCTION void merge(const SoftmaxState& other, T& fa, T& fb) {
     const T m = other.max > max ? other.max : max;
     // Factors exp(max_i - m) <= 1; a state whose max equals m keeps factor 1 (also for infinite m).
-    fa = max == m ? T(1) : impl::exp(max - m);
-    fb = other.max == m ? T(1) : impl::exp(other.max - m);
+    fa = max == m ? T(1) : impl::exp_nonpositive(max - m);
+    fb = other.max == m ? T(1) : impl::exp_nonpositive(other.max - m);
     rescale(fa);
     add_term(other.sum * fb);
     comp += other.comp * fb;
@@ -126,7 +128,7 @@ struct SoftmaxNormalizer {
     }
   }
 
-  KOKKOS_INLINE_FUNCTION T prob(T x) const { return impl::exp(x - shift) * inv_sum; }
+  KOKKOS_INLINE_FUNCTION T prob(T x) const { return impl::exp_nonpositive(x - shift) * inv_sum; }
   KOKKOS_INLINE_FUNCTION T log_prob(T x) const { return (x - shift) - log_sum; }
 };
 
@@ -198,12 +200,11 @@ struct MaxOf {
 };
 
 /// The state of the values value(i), i in [b, e), over a team thread's vector lanes: the maximum
-/// first, then a compensated sum of the weights exp(value - max), each also handed to
-/// store(i, weight). Summing against a fixed maximum means no rescale per element: long or
-/// monotone runs keep full accuracy.
-template <class T, class Member, class Index, class F, class Store>
+/// first, then a compensated sum of the weights exp(value - max). Summing against a fixed maximum
+/// means no rescale per element: long or monotone runs keep full accuracy.
+template <class T, class Member, class Index, class F>
 KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Index b, Index e,
-                                                         const F& value, const Store& store) {
+                                                         const F& value) {
   T m;
   Kokkos::parallel_reduce(
       Kokkos::ThreadVectorRange(team, b, e),
@@ -215,19 +216,47 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Ind
   SoftmaxState<T> sum;  // its max stays -inf: merges of such states add the sums (compensated)
   Kokkos::parallel_reduce(
       Kokkos::ThreadVectorRange(team, b, e),
-      [&](Index i, SoftmaxState<T>& acc) {
-        const T w = SoftmaxState<T>::weight(value(i), m);
-        store(i, w);
-        acc.add_term(w);
-      },
+      [&](Index i, SoftmaxState<T>& acc) { acc.add_term(SoftmaxState<T>::weight(value(i), m)); },
       OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
-template <class T, class Member, class Index, class F>
-KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Index b, Index e,
-                                                         const F& value) {
-  return vector_tile_state<T>(team, b, e, value, [](Index, T) {});
+/// The same for one thread, each weight also handed to store(i, weight): plain loops over `lanes`
+/// independent partial maxima and sums, which compilers vectorise (no reassociation needed); the
+/// lanes merge with TwoSum at the end. Each lane sums (e - b) / lanes terms against the tile's maximum.
+template <class T, class Index, class F, class Store>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(Index b, Index e, const F& value,
+                                                         const Store& store) {
+  constexpr int lanes = 16;
+  const Index full = b + (e - b) / lanes * lanes;
+  T lane[lanes];
+  for (int l = 0; l < lanes; ++l) lane[l] = -infinity<T>();
+  for (Index i = b; i < full; i += lanes)
+    for (int l = 0; l < lanes; ++l) {
+      const T v = value(i + l);
+      lane[l] = v > lane[l] ? v : lane[l];
+    }
+  T m = -infinity<T>();
+  for (int l = 0; l < lanes; ++l) m = lane[l] > m ? lane[l] : m;
+  for (Index i = full; i < e; ++i) {
+    const T v = value(i);
+    m = v > m ? v : m;
+  }
+  for (int l = 0; l < lanes; ++l) lane[l] = T(0);
+  for (Index i = b; i < full; i += lanes)
+    for (int l = 0; l < lanes; ++l) {
+      const T w = SoftmaxState<T>::weight(value(i + l), m);
+      store(i + l, w);
+      lane[l] += w;
+    }
+  SoftmaxState<T> sum = SoftmaxState<T>::identity();  // max -inf: add_term sums compensated
+  for (Index i = full; i < e; ++i) {
+    const T w = SoftmaxState<T>::weight(value(i), m);
+    store(i, w);
+    sum.add_term(w);
+  }
+  for (int l = 0; l < lanes; ++l) sum.add_term(lane[l]);
+  return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
 }  // namespace impl
