@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kflash/impl/errors.hpp>
+#include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
 #include <kflash/softmax_state.hpp>
 
@@ -10,8 +11,6 @@
 
 namespace kflash {
 namespace impl {
-
-enum class RowOp { softmax, log_softmax, logsumexp };
 
 inline const char* row_op_name(RowOp op) {
   switch (op) {
@@ -40,6 +39,7 @@ struct RowKernel {
   RowPlan plan;
   RowPhase phase;
   index_t items_per_row;  // work items (teams) per row in this phase: 1 or plan.chunks
+  bool contiguous;        // host space and rows of unit stride: the compiled host loops
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const index_t item = team.league_rank();
@@ -47,6 +47,14 @@ struct RowKernel {
     const index_t c = item % items_per_row;
     const index_t begin = c * plan.chunk_len;
     const index_t end = begin + plan.chunk_len < plan.cols ? begin + plan.chunk_len : plan.cols;
+#if KFLASH_IMPL_ON_HOST
+    if constexpr (RowTraits<ExecSpace>::is_host) {
+      if (contiguous) {
+        host_item(item, r, c, begin, end);
+        return;
+      }
+    }
+#endif
 
     state_type s = state_type::identity();
     if (phase == RowPhase::finish) {
@@ -87,6 +95,49 @@ struct RowKernel {
       });
     }
   }
+
+  /// The same item on a host space, through the compiled loops of host_kernels.hpp (a team is one
+  /// thread there). In the whole phase an item is plan.rows_per_item rows.
+  void host_item(index_t item, index_t r, index_t c, index_t begin, index_t end) const {
+    using host::RowStep;
+    using host::row_step;
+    if (phase == RowPhase::whole) {
+      const index_t r0 = item * plan.rows_per_item;
+      const index_t r1 = r0 + plan.rows_per_item < plan.rows ? r0 + plan.rows_per_item : plan.rows;
+      if (r0 >= r1) return;
+      host::RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.cols};
+      if constexpr (Op == RowOp::logsumexp) {
+        block.out = y.row(r0);
+        block.ldout = y.row_stride();
+      } else {
+        block.y = y.row(r0);
+        block.ldy = y.row_stride();
+      }
+      host::run(block);
+      return;
+    }
+    const T* xr = x.row(r) + begin;
+    const index_t n = end - begin;
+    state_type s = state_type::identity();
+    if (phase == RowPhase::finish) {
+      for (index_t j = 0; j < plan.chunks; ++j) s.merge(ws(r, j));
+    } else {
+      s = row_step<T>(RowStep::state, xr, nullptr, n);
+    }
+    if (phase == RowPhase::partial) {
+      ws(r, c) = s;
+    } else if constexpr (Op == RowOp::logsumexp) {
+      y(r, 0) = s.logsumexp();
+    } else {
+      const SoftmaxNormalizer<T> norm(s);
+      T* yr = y.row(r) + begin;
+      if constexpr (Op == RowOp::softmax) {
+        row_step<T>(RowStep::prob, xr, yr, n, norm.shift, norm.inv_sum);
+      } else {
+        row_step<T>(RowStep::log_prob, xr, yr, n, norm.shift, norm.log_sum);
+      }
+    }
+  }
 };
 
 /// logsumexp output seen as rows: out(r) for rank 1, out() for rank 0.
@@ -94,11 +145,15 @@ template <class View, int Rank = view_rank<View>>
 struct LseOut {
   View v;
   KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t r, index_t) const { return v(r); }
+  KOKKOS_INLINE_FUNCTION auto row(index_t r) const { return v.data() + r * index_t(v.stride(0)); }
+  index_t row_stride() const { return index_t(v.stride(0)); }
 };
 template <class View>
 struct LseOut<View, 0> {
   View v;
   KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t, index_t) const { return v(); }
+  KOKKOS_INLINE_FUNCTION auto row(index_t) const { return v.data(); }
+  index_t row_stride() const { return 0; }
 };
 
 template <RowOp Op, class ExecSpace, class XRows, class YRows>
@@ -110,10 +165,13 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
 
   const RowPlan plan = plan_rows(exec, x.rows(), x.cols());
   if (plan.rows == 0) return;
+  bool contiguous = RowTraits<ExecSpace>::is_host && x.unit_stride();
+  if constexpr (Op != RowOp::logsumexp) contiguous = contiguous && y.unit_stride();
   const std::string label = std::string("kflash::") + row_op_name(Op);
   if (plan.chunks == 1) {
-    Kokkos::parallel_for(label, row_team_policy(exec, plan.rows),
-                         Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
+    const index_t items = contiguous ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows;
+    Kokkos::parallel_for(label, row_team_policy(exec, items),
+                         Kernel{x, y, Workspace(), plan, RowPhase::whole, 1, contiguous});
     return;
   }
   // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
@@ -121,10 +179,10 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   Workspace ws(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label + " workspace"), plan.rows,
                plan.chunks);
   Kokkos::parallel_for(label + " partial", row_team_policy(exec, plan.rows * plan.chunks),
-                       Kernel{x, y, ws, plan, RowPhase::partial, plan.chunks});
+                       Kernel{x, y, ws, plan, RowPhase::partial, plan.chunks, contiguous});
   const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : plan.chunks;
   Kokkos::parallel_for(label + " finish", row_team_policy(exec, plan.rows * finish_per_row),
-                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row});
+                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row, contiguous});
   exec.fence();  // the workspace must outlive the kernels
 }
 

@@ -221,13 +221,13 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Ind
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
-/// The same for one thread, each weight also handed to store(i, weight): plain loops over `lanes`
-/// independent partial maxima and sums, which compilers vectorise (no reassociation needed); the
-/// lanes merge with TwoSum at the end. Each lane sums (e - b) / lanes terms against the tile's maximum.
-template <class T, class Index, class F, class Store>
-KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(Index b, Index e, const F& value,
-                                                         const Store& store) {
-  constexpr int lanes = 16;
+/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), for one thread: a plain loop
+/// over `lanes` independent partial maxima, which compilers vectorise.
+constexpr int serial_lanes = 16;
+
+template <class T, class Index, class F>
+KOKKOS_INLINE_FUNCTION T lanes_max(Index b, Index e, const F& value) {
+  constexpr int lanes = serial_lanes;
   const Index full = b + (e - b) / lanes * lanes;
   T lane[lanes];
   for (int l = 0; l < lanes; ++l) lane[l] = -infinity<T>();
@@ -242,20 +242,67 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(Index b, Index e, const
     const T v = value(i);
     m = v > m ? v : m;
   }
+  return m;
+}
+
+/// Adds the terms term(i), i in [b, e), to `sum` (a state whose max stays -inf: a compensated sum),
+/// each term also handed to store(i, term). The terms go to `lanes` independent partial sums (a
+/// vectorisable loop; each sums (e - b) / lanes terms), which are then added to `sum` with TwoSum.
+/// Keep e - b to a tile: the lanes' sums are not compensated.
+template <class T, class Index, class Term, class Store>
+KOKKOS_INLINE_FUNCTION void lanes_add_terms(Index b, Index e, const Term& term, const Store& store,
+                                            SoftmaxState<T>& sum) {
+  constexpr int lanes = serial_lanes;
+  const Index full = b + (e - b) / lanes * lanes;
+  T lane[lanes];
   for (int l = 0; l < lanes; ++l) lane[l] = T(0);
   for (Index i = b; i < full; i += lanes)
     for (int l = 0; l < lanes; ++l) {
-      const T w = SoftmaxState<T>::weight(value(i + l), m);
+      const T w = term(i + l);
       store(i + l, w);
       lane[l] += w;
     }
-  SoftmaxState<T> sum = SoftmaxState<T>::identity();  // max -inf: add_term sums compensated
   for (Index i = full; i < e; ++i) {
-    const T w = SoftmaxState<T>::weight(value(i), m);
+    const T w = term(i);
     store(i, w);
     sum.add_term(w);
   }
-  for (int l = 0; l < lanes; ++l) sum.add_term(lane[l]);
+  // The lanes in a tree of TwoSums (each level a vectorisable loop), the errors carried alongside.
+  T err[lanes];
+  for (int l = 0; l < lanes; ++l) err[l] = T(0);
+  for (int half = lanes / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) {
+      const T a = lane[l], b = lane[l + half];
+      const T s = a + b;
+      const T bp = s - a;
+      err[l] += err[l + half] + ((a - (s - bp)) + (b - bp));
+      lane[l] = s;
+    }
+  sum.add_term(lane[0]);
+  sum.comp += err[0];
+}
+
+/// Adds the weights exp(value(i) - m), i in [b, e), to `sum` as lanes_add_terms does. For a finite
+/// m the weight is exp_nonpositive(value - m) itself (the contract's special cases arise only for
+/// an infinite maximum), so the common case skips weight()'s select.
+template <class T, class Index, class F, class Store>
+KOKKOS_INLINE_FUNCTION void lanes_add_weights(Index b, Index e, const F& value, T m, const Store& store,
+                                              SoftmaxState<T>& sum) {
+  if (m - m == T(0)) {
+    lanes_add_terms<T>(b, e, [&](Index i) { return exp_nonpositive(value(i) - m); }, store, sum);
+  } else {
+    lanes_add_terms<T>(b, e, [&](Index i) { return SoftmaxState<T>::weight(value(i), m); }, store, sum);
+  }
+}
+
+/// The state of value(i), i in [b, e), for one thread, each weight also handed to store(i, weight):
+/// the tile's maximum, then its weights against it.
+template <class T, class Index, class F, class Store>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(Index b, Index e, const F& value,
+                                                         const Store& store) {
+  const T m = lanes_max<T>(b, e, value);
+  SoftmaxState<T> sum = SoftmaxState<T>::identity();
+  lanes_add_weights<T>(b, e, value, m, store, sum);
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 

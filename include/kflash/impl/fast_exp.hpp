@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace kflash::impl {
 
@@ -40,14 +41,22 @@ struct ExpConstants<double> {
   static constexpr int degree = 12;
 };
 
-/// sum_{i <= N} r^i / i!, written out (no loop, so that loops calling it vectorise), nested as
-/// 1 + r (1 + r/2 (1 + r/3 (...))).
-template <class T, int N, int I = 1>
+/// 1 / n! rounded to T (computed in long double at compile time).
+template <class T, int N>
+inline constexpr T inv_factorial = [] {
+  long double f = 1;
+  for (int i = 2; i <= N; ++i) f *= i;
+  return static_cast<T>(1.0L / f);
+}();
+
+/// sum_{i <= N} r^i / i! by Horner's rule (one multiply-add per degree), written out (no loop, so
+/// that loops calling it vectorise).
+template <class T, int N, int I = 0>
 KOKKOS_INLINE_FUNCTION T taylor_exp(T r) {
-  if constexpr (I > N) {
-    return T(1);
+  if constexpr (I == N) {
+    return inv_factorial<T, N>;
   } else {
-    return T(1) + r * (T(1) / T(I)) * taylor_exp<T, N, I + 1>(r);
+    return inv_factorial<T, I> + r * taylor_exp<T, N, I + 1>(r);
   }
 }
 
@@ -61,26 +70,28 @@ KOKKOS_INLINE_FUNCTION To bits_as(From from) {
 
 /// exp(x) within 2 ulp for x in [lowest, 0.5]; exactly 0 below (-inf included); NaN for NaN.
 /// x = k ln2 + r with |r| <= ln2 / 2 (Cody-Waite), exp(r) by its Taylor polynomial (the remainder
-/// is below half an ulp at the degrees chosen), times 2^k built in the exponent bits.
-/// Written so that loops calling it vectorise: the selects are integer masks on the bits (an
+/// is below half an ulp at the degrees chosen), times 2^k built in the exponent bits. Arguments
+/// below `lowest` go through the same arithmetic (their intermediate values are meaningless, and
+/// the integer part is unsigned, so nothing overflows) and are masked to 0 at the end.
+/// Written so that loops calling it vectorise: the select is an integer mask on the bits (an
 /// ordered floating-point comparison may trap on NaN, and compilers then keep a branch).
 template <class T>
 KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   using C = ExpConstants<T>;
   using bits_type = typename C::bits_type;
+  using ubits_type = std::make_unsigned_t<bits_type>;
   const bits_type xb = bits_as<bits_type>(x);
-  const bits_type lowest_b = bits_as<bits_type>(C::lowest);
-  const bits_type minus_inf_b = bits_as<bits_type>(-infinity<T>());
-  // x < lowest or x = -inf: negative floats order like their bits read as signed integers, and
-  // neither positive values nor NaNs (bits beyond -inf's) are flagged.
-  const bits_type under = -bits_type((xb < 0) & (xb > lowest_b) & (xb <= minus_inf_b));  // all ones or 0
-  const T xc = bits_as<T>((lowest_b & under) | (xb & ~under));
-  const T t = xc * C::log2e + C::round_magic;
+  // x < lowest or x = -inf: negative floats order like their bits read as signed integers (the
+  // larger the magnitude, the larger the integer), and neither positive values nor NaNs (bits
+  // beyond -inf's) are flagged.
+  const bits_type under =
+      -bits_type((xb > bits_as<bits_type>(C::lowest)) & (xb <= bits_as<bits_type>(-infinity<T>())));
+  const T t = x * C::log2e + C::round_magic;
   const T k = t - C::round_magic;
-  const bits_type kbits = bits_as<bits_type>(t) - C::magic_bits;  // k as an integer
-  const T r = (xc - k * C::ln2_hi) - k * C::ln2_lo;
+  const ubits_type kbits = ubits_type(bits_as<bits_type>(t)) - ubits_type(C::magic_bits);  // k mod 2^n
+  const T r = (x - k * C::ln2_hi) - k * C::ln2_lo;
   const T p = taylor_exp<T, C::degree>(r);
-  const T scale = bits_as<T>(bits_type((kbits + C::exponent_bias) << C::mantissa_bits));
+  const T scale = bits_as<T>(ubits_type((kbits + ubits_type(C::exponent_bias)) << C::mantissa_bits));
   return bits_as<T>(bits_as<bits_type>(p * scale) & ~under);
 }
 

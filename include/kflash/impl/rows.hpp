@@ -9,6 +9,9 @@ namespace kflash::impl {
 
 using index_t = std::int64_t;
 
+/// The row operations: softmax, log_softmax and logsumexp.
+enum class RowOp { softmax, log_softmax, logsumexp };
+
 /// A rank-1 View seen as one row, a rank-2 View as rows over its last extent (any layout).
 template <class View, int Rank = view_rank<View>>
 struct Rows;
@@ -19,6 +22,10 @@ struct Rows<View, 1> {
   KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t, index_t c) const { return v(c); }
   index_t rows() const { return 1; }  // an empty View is one empty row: logsumexp -inf
   index_t cols() const { return static_cast<index_t>(v.extent(0)); }
+  /// Whether row r's elements are contiguous from row(r).
+  bool unit_stride() const { return v.extent(0) <= 1 || v.stride(0) == 1; }
+  KOKKOS_INLINE_FUNCTION auto row(index_t) const { return v.data(); }
+  index_t row_stride() const { return 0; }
 };
 
 template <class View>
@@ -27,6 +34,9 @@ struct Rows<View, 2> {
   KOKKOS_INLINE_FUNCTION decltype(auto) operator()(index_t r, index_t c) const { return v(r, c); }
   index_t rows() const { return static_cast<index_t>(v.extent(0)); }
   index_t cols() const { return static_cast<index_t>(v.extent(1)); }
+  bool unit_stride() const { return v.extent(1) <= 1 || v.stride(1) == 1; }
+  KOKKOS_INLINE_FUNCTION auto row(index_t r) const { return v.data() + r * index_t(v.stride(0)); }
+  index_t row_stride() const { return index_t(v.stride(0)); }
 };
 
 /// Schedule parameters of the row kernels for one execution space. Host spaces run a team of one
@@ -45,6 +55,8 @@ struct RowTraits {
   static constexpr index_t tile = is_host ? 512 : 4 * vector_length;
   /// Work items (teams) wanted per unit of concurrency before rows are split.
   static constexpr index_t items_per_thread = 4;
+  /// Host work items of whole rows hold several short rows, about this many elements.
+  static constexpr index_t item_elements = index_t(1) << 14;
 };
 
 /// How a set of rows is cut into work items: each row into `chunks` chunks of `chunk_len`.
@@ -53,6 +65,7 @@ struct RowPlan {
   index_t cols = 0;
   index_t chunks = 1;
   index_t chunk_len = 0;
+  index_t rows_per_item = 1;  // whole rows per work item (host, unit-stride rows)
 };
 
 template <class ExecSpace>
@@ -66,6 +79,11 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
       traits::is_host ? index_t(exec.concurrency())
                       : index_t(exec.concurrency()) / (traits::vector_length * traits::device_team_size);
   const index_t wanted = traits::items_per_thread * (teams_available > 0 ? teams_available : 1);
+  if (rows >= wanted && traits::is_host) {
+    const index_t by_size = (traits::item_elements + cols - 1) / (cols > 0 ? cols : 1);
+    const index_t by_count = rows / wanted;
+    p.rows_per_item = by_size < by_count ? by_size : by_count;
+  }
   if (rows == 0 || rows >= wanted || cols < 2 * traits::min_chunk) return p;
   index_t chunks = (wanted + rows - 1) / rows;
   const index_t max_chunks = cols / traits::min_chunk;

@@ -1,0 +1,95 @@
+// Inner loops of the host backends (Serial, OpenMP) on contiguous memory. They are compiled once,
+// in src/host_kernels.cpp, for several x86-64 instruction sets (AVX-512, AVX2 + FMA and the
+// baseline), and each call runs the best variant the CPU supports: users' own compiler flags do not
+// decide the vector width. The Kokkos kernels in softmax.hpp and attention.hpp stay the schedules;
+// on host spaces they hand their rows and tiles to these functions.
+#pragma once
+
+#include <kflash/impl/rows.hpp>
+#include <kflash/softmax_state.hpp>
+
+namespace kflash::impl::host {
+
+/// Instruction sets the host kernels are built for.
+enum class Isa { baseline, avx2, avx512 };
+
+/// The variant in use: the best the CPU supports, or a lower one named by the environment variable
+/// KFLASH_HOST_ISA (baseline, avx2, avx512), read once. Non-x86 builds and builds through nvcc have
+/// only the baseline.
+Isa isa();
+const char* isa_name(Isa);
+
+/// Steps of the row kernels over a chunk x[0, n) (and y[0, n)) of a row:
+///   state:    result = the (m, l) of x, by tiles (the tile's maximum first, then its weights)
+///   prob:     y = exp(x - a) * b
+///   log_prob: y = (x - a) - b
+enum class RowStep { state, prob, log_prob };
+
+template <class T>
+struct RowTask {
+  RowStep step;
+  const T* x;
+  T* y;
+  index_t n;
+  T a;
+  T b;
+  SoftmaxState<T> result;
+};
+
+void run(RowTask<float>& task);
+void run(RowTask<double>& task);
+
+/// Columns of the attention tiles' kt, v and o are padded to a multiple of this (with zeros).
+constexpr index_t attention_pad = 32;
+
+/// One K/V tile of attention for a block of query rows, in place on the block's running state:
+///   s = q kt (rows x bk), row r masked past its first valid[r] keys; per row the tile's (m, l)
+///   and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
+/// q (rows x D, pre-scaled), kt (D x bk: K transposed), v (nk x dvp), o (rows x dvp), all row-major
+/// and contiguous; bk and dvp are multiples of attention_pad; nk <= bk keys are valid.
+template <class T>
+struct AttentionTile {
+  const T* q;
+  const T* kt;
+  const T* v;
+  T* s;
+  T* o;
+  SoftmaxState<T>* state;
+  const index_t* valid;
+  index_t rows, nk, bk, D, dvp;
+};
+
+void run(AttentionTile<float>& tile);
+void run(AttentionTile<double>& tile);
+
+/// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
+/// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout].
+template <class T>
+struct RowBlock {
+  RowOp op;
+  const T* x;
+  index_t ldx;
+  T* y;
+  index_t ldy;
+  T* out;
+  index_t ldout;
+  index_t rows, cols;
+};
+
+void run(RowBlock<float>& block);
+void run(RowBlock<double>& block);
+
+/// softmax of rows up to this many bytes stores the weights exp(x - max) in y, then rescales them
+/// (one exp per element; x and y stay in the core's cache between the passes). Longer rows
+/// recompute the weights in the write pass (one pass less over memory, one exp more).
+constexpr index_t stored_weights_bytes = index_t(1) << 19;
+
+/// Shorthands for the row steps.
+template <class T>
+SoftmaxState<T> row_step(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0)) {
+  RowTask<T> task{step, x, y, n, a, b, SoftmaxState<T>::identity()};
+  run(task);
+  return task.result;
+}
+
+}  // namespace kflash::impl::host

@@ -1,0 +1,248 @@
+// The host inner loops (see include/kflash/impl/host_kernels.hpp), written once as templates and
+// compiled here for each instruction set: every variant inlines the whole template body
+// (`flatten`), so the same source becomes AVX-512, AVX2 + FMA and baseline code.
+#include <kflash/impl/host_kernels.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+#define KFLASH_IMPL_X86_VARIANTS 1
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define KFLASH_IMPL_FLATTEN __attribute__((flatten))
+#else
+#define KFLASH_IMPL_FLATTEN
+#endif
+
+namespace kflash::impl::host {
+namespace {
+
+/// Elements per tile of the row steps: the lanes' plain partial sums stay short.
+constexpr index_t row_tile = 512;
+
+/// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
+/// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
+template <class T>
+inline void prefetch_ahead(const T* x, index_t e, index_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+  constexpr index_t line = 64 / sizeof(T);
+  const index_t b = e + row_tile;
+  const index_t end = b + row_tile < n ? b + row_tile : n;
+  for (index_t i = b; i < end; i += line) __builtin_prefetch(x + i);
+#else
+  (void)x, (void)e, (void)n;
+#endif
+}
+
+template <class T>
+void run_row(RowTask<T>& t) {
+  const T* x = t.x;
+  T* y = t.y;
+  const index_t n = t.n;
+  auto value = [x](index_t i) { return x[i]; };
+  auto no_store = [](index_t, T) {};
+  switch (t.step) {
+    case RowStep::state:
+      for (index_t b = 0; b < n; b += row_tile) {
+        const index_t e = b + row_tile < n ? b + row_tile : n;
+        prefetch_ahead(x, e, n);
+        t.result.merge(serial_tile_state<T>(b, e, value, no_store));
+      }
+      break;
+    case RowStep::prob:
+      for (index_t i = 0; i < n; ++i) y[i] = exp_nonpositive(x[i] - t.a) * t.b;
+      break;
+    case RowStep::log_prob:
+      for (index_t i = 0; i < n; ++i) y[i] = (x[i] - t.a) - t.b;
+      break;
+  }
+}
+
+template <class T>
+SoftmaxState<T> step_here(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0)) {
+  RowTask<T> t{step, x, y, n, a, b, SoftmaxState<T>::identity()};
+  run_row(t);
+  return t.result;
+}
+
+/// softmax of a row of at most stored_weights_bytes with one exp per element: per tile, the
+/// weights exp(x - tile max) go to y and the tile's state merges into the row's; then each tile of
+/// y is scaled by exp(tile max - row max) / l while it is still in cache.
+template <class T>
+void softmax_stored(const T* x, T* y, index_t n) {
+  constexpr index_t max_tiles = stored_weights_bytes / index_t(sizeof(T)) / row_tile;
+  T tile_max[max_tiles];
+  SoftmaxState<T> s = SoftmaxState<T>::identity();
+  auto value = [x](index_t i) { return x[i]; };
+  auto store = [y](index_t i, T w) { y[i] = w; };
+  for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
+    const index_t e = b + row_tile < n ? b + row_tile : n;
+    prefetch_ahead(x, e, n);
+    const SoftmaxState<T> tile = serial_tile_state<T>(b, e, value, store);
+    tile_max[t] = tile.max;
+    s.merge(tile);
+  }
+  const T inv_sum = SoftmaxNormalizer<T>(s).inv_sum;
+  for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
+    const index_t e = b + row_tile < n ? b + row_tile : n;
+    const T f = SoftmaxState<T>::weight(tile_max[t], s.max) * inv_sum;
+    for (index_t i = b; i < e; ++i) y[i] *= f;
+  }
+}
+
+template <class T>
+void run_rows(RowBlock<T>& blk) {
+  const index_t n = blk.cols;
+  for (index_t r = 0; r < blk.rows; ++r) {
+    const T* x = blk.x + r * blk.ldx;
+    if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes) {
+      softmax_stored(x, blk.y + r * blk.ldy, n);
+      continue;
+    }
+    const SoftmaxState<T> s = step_here<T>(RowStep::state, x, nullptr, n);
+    if (blk.op == RowOp::logsumexp) {
+      blk.out[r * blk.ldout] = s.logsumexp();
+      continue;
+    }
+    const SoftmaxNormalizer<T> norm(s);
+    T* y = blk.y + r * blk.ldy;
+    if (blk.op == RowOp::softmax) {
+      step_here(RowStep::prob, x, y, n, norm.shift, norm.inv_sum);
+    } else {
+      step_here(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum);
+    }
+  }
+}
+
+/// c (+)= a b for an R x C block: a (R x K, lda), b (K x C, ldb), c (R x C, ldc). The accumulators
+/// are R x C values (R * C / vector width registers), each step one broadcast of a per row.
+template <class T, int R, int C, bool Accumulate>
+inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K) {
+  T acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) acc[r][j] = Accumulate ? c[r * ldc + j] : T(0);
+  for (index_t k = 0; k < K; ++k) {
+    const T* bk = b + k * ldb;
+    for (int r = 0; r < R; ++r) {
+      const T ar = a[r * lda + k];
+      for (int j = 0; j < C; ++j) acc[r][j] += ar * bk[j];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+/// c (+)= a b for M x N (N a multiple of C) by R x C blocks; the last M % R rows one by one.
+template <class T, int R, int C, bool Accumulate>
+inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
+                 index_t K) {
+  index_t i = 0;
+  for (; i + R <= M; i += R)
+    for (index_t j = 0; j < N; j += C)
+      gemm_block<T, R, C, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K);
+  for (; i < M; ++i)
+    for (index_t j = 0; j < N; j += C)
+      gemm_block<T, 1, C, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K);
+}
+
+template <class T, int R, int C>
+void attention_tile(AttentionTile<T>& t) {
+  static_assert(attention_pad % C == 0, "kflash: the attention tiles' padding must be a multiple of C");
+  // Scores for all bk columns (columns past nk hold leftovers and are never read).
+  gemm<T, R, C, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+  for (index_t r = 0; r < t.rows; ++r) {
+    T* s = t.s + r * t.bk;
+    T* o = t.o + r * t.dvp;
+    const index_t valid = t.valid[r];
+    T fa = T(1), fb = T(0);
+    if (valid > 0) {
+      const SoftmaxState<T> tile = serial_tile_state<T>(
+          index_t(0), valid, [s](index_t j) { return s[j]; }, [s](index_t j, T w) { s[j] = w; });
+      t.state[r].merge(tile, fa, fb);
+    }
+    for (index_t j = 0; j < valid; ++j) s[j] *= fb;
+    for (index_t j = valid; j < t.nk; ++j) s[j] = T(0);
+    for (index_t d = 0; d < t.dvp; ++d) o[d] *= fa;
+  }
+  gemm<T, R, C, true>(t.s, t.bk, t.v, t.dvp, t.o, t.dvp, t.rows, t.dvp, t.nk);
+}
+
+// One variant per instruction set: the same bodies, with the register block's width C set to two
+// (four for AVX2 fp32) vectors of the set.
+#define KFLASH_IMPL_VARIANT(name, attributes, vector_bytes, c_mult)                                  \
+  attributes void name(RowTask<float>& t) { run_row(t); }                                           \
+  attributes void name(RowTask<double>& t) { run_row(t); }                                          \
+  attributes void name(RowBlock<float>& t) { run_rows(t); }                                         \
+  attributes void name(RowBlock<double>& t) { run_rows(t); }                                        \
+  attributes void name(AttentionTile<float>& t) {                                                   \
+    attention_tile<float, 4, c_mult * vector_bytes / int(sizeof(float))>(t);                        \
+  }                                                                                                 \
+  attributes void name(AttentionTile<double>& t) { attention_tile<double, 4, 2 * vector_bytes / 8>(t); }
+
+KFLASH_IMPL_VARIANT(run_baseline, KFLASH_IMPL_FLATTEN, 16, 2)
+#ifdef KFLASH_IMPL_X86_VARIANTS
+KFLASH_IMPL_VARIANT(run_avx2, __attribute__((target("avx2,fma"), flatten)), 32, 4)
+KFLASH_IMPL_VARIANT(run_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), flatten)),
+                    64, 2)
+#endif
+#undef KFLASH_IMPL_VARIANT
+
+Isa detect_isa() {
+  Isa best = Isa::baseline;
+#ifdef KFLASH_IMPL_X86_VARIANTS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::avx2;
+  if (best == Isa::avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+    best = Isa::avx512;
+#endif
+  const char* wanted = std::getenv("KFLASH_HOST_ISA");
+  if (wanted == nullptr || *wanted == '\0') return best;
+  for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512}) {
+    if (std::strcmp(wanted, isa_name(candidate)) != 0) continue;
+    if (int(candidate) <= int(best)) return candidate;
+    std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not supported by this CPU or build; using %s\n", wanted,
+                 isa_name(best));
+    return best;
+  }
+  std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512; using %s\n", wanted,
+               isa_name(best));
+  return best;
+}
+
+template <class Task>
+void dispatch(Task& task) {
+  switch (isa()) {
+#ifdef KFLASH_IMPL_X86_VARIANTS
+    case Isa::avx512: run_avx512(task); return;
+    case Isa::avx2: run_avx2(task); return;
+#endif
+    default: run_baseline(task); return;
+  }
+}
+
+}  // namespace
+
+Isa isa() {
+  static const Isa value = detect_isa();
+  return value;
+}
+
+const char* isa_name(Isa i) {
+  switch (i) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+void run(RowTask<float>& task) { dispatch(task); }
+void run(RowTask<double>& task) { dispatch(task); }
+void run(RowBlock<float>& block) { dispatch(block); }
+void run(RowBlock<double>& block) { dispatch(block); }
+void run(AttentionTile<float>& tile) { dispatch(tile); }
+void run(AttentionTile<double>& tile) { dispatch(tile); }
+
+}  // namespace kflash::impl::host
