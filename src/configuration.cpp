@@ -6,7 +6,8 @@ namespace kflash {
 
 void print_configuration(std::ostream& os) {
   os << "kflash " << KFLASH_VERSION_STRING << " (configured with Kokkos " << KFLASH_KOKKOS_VERSION_STRING
-     << ", backends: " << KFLASH_BACKENDS << ")\n";
+     << ", backends: " << KFLASH_BACKENDS << "; host kernels: " << impl::host::isa_name(impl::host::isa())
+     << ")\n";
 }
 
 }  // namespace kflash

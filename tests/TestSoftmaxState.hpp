@@ -174,6 +174,39 @@ TYPED_TEST(SoftmaxStateTest, ExpNonpositiveAccuracy) {
   EXPECT_TRUE(std::isnan(kflash::impl::exp_nonpositive(nan<T>)));
 }
 
+TYPED_TEST(SoftmaxStateTest, HostKernelExpAccuracy) {
+  // The same exp compiled into the host kernels' variant in use (FMA contraction, other vector
+  // widths): y = exp(x - 0) * 1 through the prob step, within 2 ulp, with the special values.
+  using T = TypeParam;
+  using C = kflash::impl::ExpConstants<T>;
+  namespace host = kflash::impl::host;
+  const char* wanted = std::getenv("KFLASH_HOST_ISA");
+  if (wanted != nullptr && std::string(wanted) == "baseline") {
+    EXPECT_EQ(host::isa(), host::Isa::baseline);
+  }
+  std::mt19937_64 gen(6);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<T> x(1 << 20), y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = i % 2 ? T(u(gen) * C::lowest) : T(-std::pow(10.0, -12 * u(gen)));
+  const std::vector<T> special = {T(0), -inf<T>, T(C::lowest) * T(1.01), -std::numeric_limits<T>::max(), nan<T>};
+  x.insert(x.end(), special.begin(), special.end());
+  y.resize(x.size());
+  host::row_step<T>(host::RowStep::prob, x.data(), y.data(), kflash::impl::index_t(x.size()), T(0), T(1));
+  ld worst = 0;
+  for (std::size_t i = 0; i + special.size() < x.size(); ++i) {
+    const ld ref = std::exp(ld(x[i]));
+    worst = std::max(worst, std::fabs(y[i] - ref) / ref);
+  }
+  EXPECT_LE(worst, 2 * eps<T>) << "worst relative error " << double(worst) << " (host kernels: "
+                               << host::isa_name(host::isa()) << ")";
+  const std::size_t k = x.size() - special.size();
+  EXPECT_EQ(y[k], T(1));
+  EXPECT_EQ(y[k + 1], T(0));
+  EXPECT_EQ(y[k + 2], T(0));
+  EXPECT_EQ(y[k + 3], T(0));
+  EXPECT_TRUE(std::isnan(y[k + 4]));
+}
+
 TYPED_TEST(SoftmaxStateTest, LongSequentialPushKeepsAccuracy) {
   // 2^20 pushes one at a time: the compensated sum keeps l within 1e-6 (fp32) / 1e-13 (fp64).
   using T = TypeParam;

@@ -4,6 +4,7 @@
 
 #include <kflash/attention_state.hpp>
 #include <kflash/impl/errors.hpp>
+#include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
 
 #include <cmath>
@@ -34,8 +35,11 @@ struct AttentionOptions {
 
 namespace impl {
 
-/// Schedule parameters of the attention kernels for one execution space. One thread per query
-/// row of a block; K/V tiles of block_k keys in team scratch memory.
+/// Schedule parameters of the attention kernels for one execution space. A block is block_q query
+/// rows of the query heads that share one K/V head (GQA: the group's Hq / Hk heads' rows one after
+/// the other, so each K/V tile is read once for all of them); K/V tiles of block_k keys go through
+/// team scratch memory. Devices: one thread per row. Hosts: a one-thread team hands each tile to the
+/// compiled tile kernel of host_kernels.hpp (register-blocked products, K staged transposed).
 template <class ExecSpace>
 struct AttentionTraits {
   static constexpr bool is_host = RowTraits<ExecSpace>::is_host;
@@ -45,12 +49,17 @@ struct AttentionTraits {
   static constexpr index_t min_split_keys = is_host ? 4096 : 1024;
   /// Work items (teams) wanted per unit of concurrency before keys are split.
   static constexpr index_t items_per_thread = 4;
+  static_assert(!is_host || block_k % host::attention_pad == 0,
+                "kflash: the host tile kernel needs block_k to be a multiple of host::attention_pad");
 };
 
 struct AttentionPlan {
   index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;
   bool causal = false;
-  index_t bq = 0, bk = 0, nqb = 0;
+  index_t group = 1;       // query heads per K/V head
+  index_t bq = 0, bk = 0;  // rows per block, keys per tile
+  index_t nqb = 0;         // blocks per K/V head: group * Nq rows
+  index_t dvp = 0;         // host: Dv padded for the tile kernel
   index_t nsplits = 1, split_len = 0;
 };
 
@@ -75,20 +84,37 @@ struct AttentionKernel {
   T scale;
   int scratch_level;
 
+  using Valid = Kokkos::View<index_t*, scratch_space, Kokkos::MemoryUnmanaged>;
+  static constexpr bool is_host = AttentionTraits<ExecSpace>::is_host;
+
   static std::size_t scratch_bytes(const AttentionPlan& p) {
+    if (is_host) {  // q, K transposed, V, scores, O (V and O padded), states, valid keys per row
+      return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.D, p.bk) + Tile::shmem_size(p.bk, p.dvp) +
+             Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.dvp) + States::shmem_size(p.bq) +
+             Valid::shmem_size(p.bq);
+    }
     return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.bk, p.D) + Tile::shmem_size(p.bk, p.Dv) +
            Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.Dv) + States::shmem_size(p.bq);
   }
 
-  KOKKOS_INLINE_FUNCTION void store(index_t split, index_t b, index_t h, index_t i, const T* row,
-                                    T inv_sum, T row_lse) const {
+  /// Query head and row of a block's row: row rho of K/V head hk is query row rho % Nq of head
+  /// hk * group + rho / Nq.
+  struct Row {
+    index_t h, i;
+  };
+  KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t rho) const {
+    return Row{hk * p.group + rho / p.Nq, rho % p.Nq};
+  }
+
+  KOKKOS_INLINE_FUNCTION void store(index_t split, index_t b, Row row, const T* o_row, const SoftmaxState<T>& st) const {
+    const T inv_sum = SoftmaxNormalizer<T>(st).inv_sum;
     for (index_t d = 0; d < p.Dv; ++d) {
-      if constexpr (Partial) o(split, b, h, i, d) = row[d] * inv_sum;
-      else o(b, h, i, d) = row[d] * inv_sum;
+      if constexpr (Partial) o(split, b, row.h, row.i, d) = o_row[d] * inv_sum;
+      else o(b, row.h, row.i, d) = o_row[d] * inv_sum;
     }
     if (has_lse) {
-      if constexpr (Partial) lse(split, b, h, i) = row_lse;
-      else lse(b, h, i) = row_lse;
+      if constexpr (Partial) lse(split, b, row.h, row.i) = st.logsumexp();
+      else lse(b, row.h, row.i) = st.logsumexp();
     }
   }
 
@@ -98,25 +124,74 @@ struct AttentionKernel {
     item /= p.nsplits;
     const index_t qb = item % p.nqb;
     item /= p.nqb;
-    const index_t h = item % p.Hq;
-    const index_t b = item / p.Hq;
-    const index_t hk = h / (p.Hq / p.Hk);  // GQA: a K/V head serves Hq / Hk query heads
-    const index_t q0 = qb * p.bq;
-    const index_t nrows = p.Nq - q0 < p.bq ? p.Nq - q0 : p.bq;
+    const index_t hk = item % p.Hk;
+    const index_t b = item / p.Hk;
+    const index_t rho0 = qb * p.bq;
+    const index_t nrows = p.group * p.Nq - rho0 < p.bq ? p.group * p.Nq - rho0 : p.bq;
     const index_t shift = p.Nk - p.Nq;  // causal: query i sees keys j <= i + shift
     const index_t kb = split * p.split_len;
     index_t ke = kb + p.split_len < p.Nk ? kb + p.split_len : p.Nk;
-    if (p.causal && q0 + nrows + shift < ke) ke = q0 + nrows + shift;  // tiles past the diagonal
+    if (p.causal) {  // the block's last row that sees the most keys; no tiles past its diagonal
+      const index_t last_i = rho0 / p.Nq == (rho0 + nrows - 1) / p.Nq ? (rho0 + nrows - 1) % p.Nq : p.Nq - 1;
+      if (last_i + shift + 1 < ke) ke = last_i + shift + 1;
+    }
+#if KFLASH_IMPL_ON_HOST
+    if constexpr (is_host) {
+      host_block(team, b, hk, rho0, nrows, kb, ke, split);
+      return;
+    }
+#endif
+    if constexpr (!is_host) device_block(team, b, hk, rho0, nrows, kb, ke, split);
+  }
 
+  /// Host: staging into scratch here, the tile arithmetic in the compiled tile kernel.
+  void host_block(const member_type& team, index_t b, index_t hk, index_t rho0, index_t nrows, index_t kb,
+                  index_t ke, index_t split) const {
+    const auto& scratch = team.team_scratch(scratch_level);
+    Tile qs(scratch, p.bq, p.D), kt(scratch, p.D, p.bk), vs(scratch, p.bk, p.dvp);
+    Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.dvp);
+    States st(scratch, p.bq);
+    Valid valid(scratch, p.bq);
+    const index_t shift = p.Nk - p.Nq;
+    for (index_t r = 0; r < nrows; ++r) {
+      const Row row = row_of(hk, rho0 + r);
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.dvp; ++d) os(r, d) = T(0);
+      st(r) = SoftmaxState<T>::identity();
+    }
+    for (index_t j = 0; j < p.bk; ++j)
+      for (index_t d = p.Dv; d < p.dvp; ++d) vs(j, d) = T(0);
+    host::AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), valid.data(),
+                                nrows, 0, p.bk, p.D, p.dvp};
+    for (index_t t0 = kb; t0 < ke; t0 += p.bk) {
+      tile.nk = ke - t0 < p.bk ? ke - t0 : p.bk;
+      for (index_t j = 0; j < tile.nk; ++j) {
+        for (index_t d = 0; d < p.D; ++d) kt(d, j) = k(b, hk, t0 + j, d);
+        for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+      }
+      for (index_t r = 0; r < nrows; ++r) {
+        const index_t seen = p.causal ? row_of(hk, rho0 + r).i + shift + 1 - t0 : tile.nk;  // keys row r sees
+        valid(r) = seen < 0 ? 0 : (seen < tile.nk ? seen : tile.nk);
+      }
+      host::run(tile);
+    }
+    for (index_t r = 0; r < nrows; ++r) store(split, b, row_of(hk, rho0 + r), &os(r, 0), st(r));
+  }
+
+  /// Devices: one thread of the team per query row.
+  KOKKOS_INLINE_FUNCTION void device_block(const member_type& team, index_t b, index_t hk, index_t rho0,
+                                           index_t nrows, index_t kb, index_t ke, index_t split) const {
+    const index_t shift = p.Nk - p.Nq;
     const auto& scratch = team.team_scratch(scratch_level);
     Tile qs(scratch, p.bq, p.D), ks(scratch, p.bk, p.D), vs(scratch, p.bk, p.Dv);
     Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.Dv);
     States st(scratch, p.bq);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t i) {
-      for (index_t d = 0; d < p.D; ++d) qs(i, d) = q(b, h, q0 + i, d) * scale;
-      for (index_t d = 0; d < p.Dv; ++d) os(i, d) = T(0);
-      st(i) = SoftmaxState<T>::identity();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+      const Row row = row_of(hk, rho0 + r);
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.Dv; ++d) os(r, d) = T(0);
+      st(r) = SoftmaxState<T>::identity();
     });
 
     for (index_t t0 = kb; t0 < ke; t0 += p.bk) {
@@ -127,35 +202,33 @@ struct AttentionKernel {
         for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t i) {
-        const index_t last = p.causal ? q0 + i + shift : p.Nk - 1;  // last key row i sees
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+        const index_t last = p.causal ? row_of(hk, rho0 + r).i + shift : p.Nk - 1;  // last key row r sees
         for (index_t j = 0; j < nk; ++j) {
           T score = 0;
-          for (index_t d = 0; d < p.D; ++d) score += qs(i, d) * ks(j, d);
-          ss(i, j) = t0 + j <= last ? score : -infinity<T>();
+          for (index_t d = 0; d < p.D; ++d) score += qs(r, d) * ks(j, d);
+          ss(r, j) = t0 + j <= last ? score : -infinity<T>();
         }
         // The tile's (m, l) and weights exp(s - m_tile), then the monoid merge into the row's
         // state; O merges with the same factors.
         // (one thread per row, vector length 1 on every backend: plain loops)
         const SoftmaxState<T> tile = serial_tile_state<T>(
-            index_t(0), nk, [&](index_t j) { return ss(i, j); }, [&](index_t j, T w) { ss(i, j) = w; });
-        SoftmaxState<T> row = st(i);
+            index_t(0), nk, [&](index_t j) { return ss(r, j); }, [&](index_t j, T w) { ss(r, j) = w; });
+        SoftmaxState<T> row = st(r);
         T fa, fb;
         row.merge(tile, fa, fb);
-        st(i) = row;
-        for (index_t d = 0; d < p.Dv; ++d) os(i, d) *= fa;
+        st(r) = row;
+        for (index_t d = 0; d < p.Dv; ++d) os(r, d) *= fa;
         for (index_t j = 0; j < nk; ++j) {
-          const T w = fb * ss(i, j);
-          for (index_t d = 0; d < p.Dv; ++d) os(i, d) += w * vs(j, d);
+          const T w = fb * ss(r, j);
+          for (index_t d = 0; d < p.Dv; ++d) os(r, d) += w * vs(j, d);
         }
       });
     }
 
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t i) {
-      const SoftmaxState<T> row = st(i);
-      store(split, b, h, q0 + i, &os(i, 0), SoftmaxNormalizer<T>(row).inv_sum, row.logsumexp());
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows),
+                         [&](index_t r) { store(split, b, row_of(hk, rho0 + r), &os(r, 0), st(r)); });
   }
 };
 
@@ -204,8 +277,10 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p, const Atten
   using traits = AttentionTraits<ExecSpace>;
   p.bq = traits::block_q;
   p.bk = traits::block_k;
-  p.nqb = (p.Nq + p.bq - 1) / p.bq;
-  const index_t items = p.B * p.Hq * p.nqb;
+  p.group = p.Hq / p.Hk;
+  p.nqb = (p.group * p.Nq + p.bq - 1) / p.bq;
+  p.dvp = (p.Dv + host::attention_pad - 1) / host::attention_pad * host::attention_pad;
+  const index_t items = p.B * p.Hk * p.nqb;
   const index_t threads = exec.concurrency() > 0 ? index_t(exec.concurrency()) : 1;
   const index_t teams_available = traits::is_host ? threads : threads / p.bq;
   const index_t wanted = traits::items_per_thread * (teams_available > 0 ? teams_available : 1);
@@ -274,7 +349,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
 
     const T scale = static_cast<T>(opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(p.D)));
     p = plan_attention(exec, p, opt);
-    const std::size_t league = std::size_t(p.B * p.Hq * p.nqb * p.nsplits);
+    const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
     const int team_size = AttentionTraits<ExecSpace>::is_host ? 1 : int(p.bq);
 
     auto launch = [&](const char* label, auto kernel) {
