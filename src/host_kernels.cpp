@@ -22,6 +22,23 @@ namespace {
 /// Elements per tile of the row steps: the lanes' plain partial sums stay short.
 constexpr index_t row_tile = 512;
 
+// Element access for the tile loops of softmax_state.hpp (function objects rather than lambdas: in
+// a CUDA build this file also passes through nvcc, which wants them callable from both sides).
+template <class T>
+struct Load {
+  const T* p;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return p[i]; }
+};
+template <class T>
+struct Store {
+  T* p;
+  KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { p[i] = w; }
+};
+template <class T>
+struct NoStore {
+  KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
+};
+
 /// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
 /// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
 template <class T>
@@ -41,14 +58,19 @@ void run_row(RowTask<T>& t) {
   const T* x = t.x;
   T* y = t.y;
   const index_t n = t.n;
-  auto value = [x](index_t i) { return x[i]; };
-  auto no_store = [](index_t, T) {};
+  const Load<T> value{x};
+  const NoStore<T> no_store;
   switch (t.step) {
     case RowStep::state:
       for (index_t b = 0; b < n; b += row_tile) {
         const index_t e = b + row_tile < n ? b + row_tile : n;
         prefetch_ahead(x, e, n);
-        t.result.merge(serial_tile_state<T>(b, e, value, no_store));
+        const SoftmaxState<T> tile = serial_tile_state<T>(b, e, value, no_store);
+        if (b == 0) {
+          t.result = tile;  // merging into the identity would only cost two exps
+        } else {
+          t.result.merge(tile);
+        }
       }
       break;
     case RowStep::prob:
@@ -75,14 +97,18 @@ void softmax_stored(const T* x, T* y, index_t n) {
   constexpr index_t max_tiles = stored_weights_bytes / index_t(sizeof(T)) / row_tile;
   T tile_max[max_tiles];
   SoftmaxState<T> s = SoftmaxState<T>::identity();
-  auto value = [x](index_t i) { return x[i]; };
-  auto store = [y](index_t i, T w) { y[i] = w; };
+  const Load<T> value{x};
+  const Store<T> store{y};
   for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
     const index_t e = b + row_tile < n ? b + row_tile : n;
     prefetch_ahead(x, e, n);
     const SoftmaxState<T> tile = serial_tile_state<T>(b, e, value, store);
     tile_max[t] = tile.max;
-    s.merge(tile);
+    if (t == 0) {
+      s = tile;
+    } else {
+      s.merge(tile);
+    }
   }
   const T inv_sum = SoftmaxNormalizer<T>(s).inv_sum;
   for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
@@ -158,8 +184,7 @@ void attention_tile(AttentionTile<T>& t) {
     const index_t valid = t.valid[r];
     T fa = T(1), fb = T(0);
     if (valid > 0) {
-      const SoftmaxState<T> tile = serial_tile_state<T>(
-          index_t(0), valid, [s](index_t j) { return s[j]; }, [s](index_t j, T w) { s[j] = w; });
+      const SoftmaxState<T> tile = serial_tile_state<T>(index_t(0), valid, Load<T>{s}, Store<T>{s});
       t.state[r].merge(tile, fa, fb);
     }
     for (index_t j = 0; j < valid; ++j) s[j] *= fb;
