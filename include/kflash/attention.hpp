@@ -83,7 +83,6 @@ struct AttentionKernel {
   AttentionPlan p;
   T scale;
   int scratch_level;
-  bool tile_kernel;  // host: the compiled tile kernel (use_tile_kernel()); else the generic path
 
   using Valid = Kokkos::View<index_t*, scratch_space, Kokkos::MemoryUnmanaged>;
   static constexpr bool is_host = AttentionTraits<ExecSpace>::is_host;
@@ -138,20 +137,11 @@ struct AttentionKernel {
     }
 #if KFLASH_IMPL_ON_HOST
     if constexpr (is_host) {
-      if (tile_kernel) {
-        host_block(team, b, hk, rho0, nrows, kb, ke, split);
-        return;
-      }
+      host_block(team, b, hk, rho0, nrows, kb, ke, split);
+      return;
     }
 #endif
     generic_block(team, b, hk, rho0, nrows, kb, ke, split);
-  }
-
-  /// Whether a host space uses the compiled tile kernel: measured faster for fp32 with AVX2 or
-  /// AVX-512 only (fp64 and the baseline variant are slower than the generic path, cause not yet
-  /// found), so the others keep the generic path.
-  static bool use_tile_kernel() {
-    return is_host && std::is_same<T, float>::value && host::isa() != host::Isa::baseline;
   }
 
   /// Host: staging into scratch here, the tile arithmetic in the compiled tile kernel.
@@ -188,7 +178,7 @@ struct AttentionKernel {
     for (index_t r = 0; r < nrows; ++r) store(split, b, row_of(hk, rho0 + r), &os(r, 0), st(r));
   }
 
-  /// Devices (and hosts without the tile kernel): one thread of the team per query row.
+  /// Devices: one thread of the team per query row.
   KOKKOS_INLINE_FUNCTION void generic_block(const member_type& team, index_t b, index_t hk, index_t rho0,
                                            index_t nrows, index_t kb, index_t ke, index_t split) const {
     const index_t shift = p.Nk - p.Nq;
@@ -374,7 +364,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     };
     if (p.nsplits == 1) {
       using Kernel = AttentionKernel<ExecSpace, QV, KV, VV, OV, LV, false>;
-      launch("kflash::attention", Kernel{q, k, v, o, lse, has_lse, p, scale, 0, Kernel::use_tile_kernel()});
+      launch("kflash::attention", Kernel{q, k, v, o, lse, has_lse, p, scale, 0});
       return;
     }
     // Split K/V: partial results of each key range, then the exact merge.
@@ -387,7 +377,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
                        p.nsplits, p.B, p.Hq, p.Nq);
     using Kernel = AttentionKernel<ExecSpace, QV, KV, VV, Parts, PartsLse, true>;
     launch("kflash::attention split_kv",
-           Kernel{q, k, v, o_parts, lse_parts, true, p, scale, 0, Kernel::use_tile_kernel()});
+           Kernel{q, k, v, o_parts, lse_parts, true, p, scale, 0});
     run_merge(exec, o_parts, lse_parts, o, lse, has_lse);
     exec.fence();  // the workspace must outlive the kernels
   }
