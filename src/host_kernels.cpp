@@ -39,6 +39,127 @@ struct NoStore {
   KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
 };
 
+/// A vector of `Bytes` bytes of T, loaded and stored unaligned. With GNU vector extensions each
+/// variant lowers it to its own registers (one AVX-512 register, two AVX2 or four SSE ones). Plain
+/// loops were not enough in two places: GCC 12 vectorised gemm_block's k loop (a shuffle per
+/// element) for some widths, and it does not vectorise a maximum that ignores NaN (`v > m ? v : m`).
+#if defined(__GNUC__) || defined(__clang__)
+template <class T, int Bytes>
+struct Vec {
+  typedef T type __attribute__((vector_size(Bytes)));
+  static void zero(type& v) { v = type{}; }
+  static void load(type& v, const T* p) { __builtin_memcpy(&v, p, sizeof v); }
+  static void store(T* p, const type& v) { __builtin_memcpy(p, &v, sizeof v); }
+  static void fill(type& v, T a) { v = type{} + a; }
+  static void fma(type& acc, T a, const type& b) { acc += a * b; }
+  static void max(type& m, const type& v) { m = v > m ? v : m; }
+  static T lane(const type& v, int i) { return v[i]; }
+};
+#else
+template <class T, int Bytes>
+struct Vec {
+  static constexpr int width = Bytes / int(sizeof(T));
+  struct type {
+    T e[width];
+  };
+  static void zero(type& v) { v = type{}; }
+  static void load(type& v, const T* p) {
+    for (int i = 0; i < width; ++i) v.e[i] = p[i];
+  }
+  static void store(T* p, const type& v) {
+    for (int i = 0; i < width; ++i) p[i] = v.e[i];
+  }
+  static void fill(type& v, T a) {
+    for (int i = 0; i < width; ++i) v.e[i] = a;
+  }
+  static void fma(type& acc, T a, const type& b) {
+    for (int i = 0; i < width; ++i) acc.e[i] += a * b.e[i];
+  }
+  static void max(type& m, const type& v) {
+    for (int i = 0; i < width; ++i) m.e[i] = v.e[i] > m.e[i] ? v.e[i] : m.e[i];
+  }
+  static T lane(const type& v, int i) { return v.e[i]; }
+};
+#endif
+
+/// The maximum of x[b, e) (NaN ignored, -inf if empty), as lanes_max computes it, in vectors of VB
+/// bytes (four independent ones per step).
+template <class T, int VB>
+inline T max_of(const T* x, index_t b, index_t e) {
+  using V = Vec<T, VB>;
+  constexpr index_t W = VB / index_t(sizeof(T));
+  constexpr int U = 4;
+  typename V::type m[U], v;
+  for (int u = 0; u < U; ++u) V::fill(m[u], -infinity<T>());
+  index_t i = b;
+  for (; i + U * W <= e; i += U * W)
+    for (int u = 0; u < U; ++u) {
+      V::load(v, x + i + u * W);
+      V::max(m[u], v);
+    }
+  for (; i + W <= e; i += W) {
+    V::load(v, x + i);
+    V::max(m[0], v);
+  }
+  for (int u = 1; u < U; ++u) V::max(m[0], m[u]);
+  T r = -infinity<T>();
+  for (int l = 0; l < int(W); ++l) r = V::lane(m[0], l) > r ? V::lane(m[0], l) : r;
+  for (; i < e; ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+/// v's lanes as two vectors of half the width.
+template <class T, int VB>
+inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::type& lo,
+                   typename Vec<T, VB / 2>::type& hi) {
+  __builtin_memcpy(&lo, &v, VB / 2);
+  __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + VB / 2, VB / 2);
+}
+
+/// LanesMerge's tree on a vector of lanes: level by level the upper half of the lanes is added to the
+/// lower half, the same additions in the same order as LanesMerge, in registers.
+template <class T, int VB>
+inline void merge_lanes(const typename Vec<T, VB>::type& s, SoftmaxState<T>& sum) {
+  if constexpr (VB == int(sizeof(T))) {
+    sum.add_term(Vec<T, VB>::lane(s, 0));
+  } else {
+    typename Vec<T, VB / 2>::type a, b;
+    halves<T, VB>(s, a, b);
+    merge_lanes<T, VB / 2>(a + b, sum);
+  }
+}
+
+/// serial_tile_state of x[b, e) with vectors: the maximum, then the weights in the shared code's
+/// serial_lanes lanes, held in registers, and its tree. The same operations in the same order, so
+/// the same state. A tile whose maximum is infinite (or that is empty) takes the shared code.
+template <class T, int VB, class Store>
+inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store& store) {
+  const T m = max_of<T, VB>(x, b, e);
+  if (!(m - m == T(0))) return serial_tile_state<T>(m, b, e, Load<T>{x}, store);
+  constexpr int LB = serial_lanes * int(sizeof(T));
+  using L = Vec<T, LB>;
+  typename L::type lanes, w;
+  L::fill(lanes, T(0));
+  const index_t full = b + (e - b) / serial_lanes * serial_lanes;
+  for (index_t i = b; i < full; i += serial_lanes) {
+    T wl[serial_lanes];
+    for (int l = 0; l < serial_lanes; ++l) {
+      wl[l] = exp_nonpositive(x[i + l] - m);
+      store(i + l, wl[l]);
+    }
+    L::load(w, wl);
+    lanes += w;
+  }
+  SoftmaxState<T> sum = SoftmaxState<T>::identity();
+  for (index_t i = full; i < e; ++i) {
+    const T wi = exp_nonpositive(x[i] - m);
+    store(i, wi);
+    sum.add_term(wi);
+  }
+  merge_lanes<T, LB>(lanes, sum);
+  return SoftmaxState<T>{m, sum.sum, sum.comp};
+}
+
 /// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
 /// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
 template <class T>
@@ -53,19 +174,18 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
 #endif
 }
 
-template <class T>
+template <class T, int VB>
 void run_row(RowTask<T>& t) {
   const T* x = t.x;
   T* y = t.y;
   const index_t n = t.n;
-  const Load<T> value{x};
   const NoStore<T> no_store;
   switch (t.step) {
     case RowStep::state:
       for (index_t b = 0; b < n; b += row_tile) {
         const index_t e = b + row_tile < n ? b + row_tile : n;
         prefetch_ahead(x, e, n);
-        const SoftmaxState<T> tile = serial_tile_state<T>(b, e, value, no_store);
+        const SoftmaxState<T> tile = tile_state<T, VB>(x, b, e, no_store);
         if (b == 0) {
           t.result = tile;  // merging into the identity would only cost two exps
         } else {
@@ -82,27 +202,26 @@ void run_row(RowTask<T>& t) {
   }
 }
 
-template <class T>
+template <class T, int VB>
 SoftmaxState<T> step_here(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0)) {
   RowTask<T> t{step, x, y, n, a, b, SoftmaxState<T>::identity()};
-  run_row(t);
+  run_row<T, VB>(t);
   return t.result;
 }
 
 /// softmax of a row of at most stored_weights_bytes with one exp per element: per tile, the
 /// weights exp(x - tile max) go to y and the tile's state merges into the row's; then each tile of
 /// y is scaled by exp(tile max - row max) / l while it is still in cache.
-template <class T>
+template <class T, int VB>
 void softmax_stored(const T* x, T* y, index_t n) {
   constexpr index_t max_tiles = stored_weights_bytes / index_t(sizeof(T)) / row_tile;
   T tile_max[max_tiles];
   SoftmaxState<T> s = SoftmaxState<T>::identity();
-  const Load<T> value{x};
   const Store<T> store{y};
   for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
     const index_t e = b + row_tile < n ? b + row_tile : n;
     prefetch_ahead(x, e, n);
-    const SoftmaxState<T> tile = serial_tile_state<T>(b, e, value, store);
+    const SoftmaxState<T> tile = tile_state<T, VB>(x, b, e, store);
     tile_max[t] = tile.max;
     if (t == 0) {
       s = tile;
@@ -118,16 +237,16 @@ void softmax_stored(const T* x, T* y, index_t n) {
   }
 }
 
-template <class T>
+template <class T, int VB>
 void run_rows(RowBlock<T>& blk) {
   const index_t n = blk.cols;
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
     if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes) {
-      softmax_stored(x, blk.y + r * blk.ldy, n);
+      softmax_stored<T, VB>(x, blk.y + r * blk.ldy, n);
       continue;
     }
-    const SoftmaxState<T> s = step_here<T>(RowStep::state, x, nullptr, n);
+    const SoftmaxState<T> s = step_here<T, VB>(RowStep::state, x, nullptr, n);
     if (blk.op == RowOp::logsumexp) {
       blk.out[r * blk.ldout] = s.logsumexp();
       continue;
@@ -135,45 +254,12 @@ void run_rows(RowBlock<T>& blk) {
     const SoftmaxNormalizer<T> norm(s);
     T* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
-      step_here(RowStep::prob, x, y, n, norm.shift, norm.inv_sum);
+      step_here<T, VB>(RowStep::prob, x, y, n, norm.shift, norm.inv_sum);
     } else {
-      step_here(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum);
+      step_here<T, VB>(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum);
     }
   }
 }
-
-/// A vector of `Bytes` bytes of T for the register blocks, loaded and stored unaligned. With GNU
-/// vector extensions each variant lowers it to its own registers (one AVX-512 register, two AVX2 or
-/// four SSE ones); loops over plain arrays were vectorised by GCC along the wrong loop (the k loop of
-/// gemm_block, with a shuffle per element) for some widths.
-#if defined(__GNUC__) || defined(__clang__)
-template <class T, int Bytes>
-struct Vec {
-  typedef T type __attribute__((vector_size(Bytes)));
-  static void zero(type& v) { v = type{}; }
-  static void load(type& v, const T* p) { __builtin_memcpy(&v, p, sizeof v); }
-  static void store(T* p, const type& v) { __builtin_memcpy(p, &v, sizeof v); }
-  static void fma(type& acc, T a, const type& b) { acc += a * b; }
-};
-#else
-template <class T, int Bytes>
-struct Vec {
-  static constexpr int width = Bytes / int(sizeof(T));
-  struct type {
-    T e[width];
-  };
-  static void zero(type& v) { v = type{}; }
-  static void load(type& v, const T* p) {
-    for (int i = 0; i < width; ++i) v.e[i] = p[i];
-  }
-  static void store(T* p, const type& v) {
-    for (int i = 0; i < width; ++i) p[i] = v.e[i];
-  }
-  static void fma(type& acc, T a, const type& b) {
-    for (int i = 0; i < width; ++i) acc.e[i] += a * b.e[i];
-  }
-};
-#endif
 
 /// c (+)= a b for an R x (NV vectors of VB bytes) block: a (R x K, lda), b (K x C, ldb), c (R x C,
 /// ldc), C = NV * VB / sizeof(T). The accumulators are R x NV vectors; each step of k loads NV
@@ -230,7 +316,7 @@ void attention_tile(AttentionTile<T>& t) {
     const index_t valid = t.valid[r];
     T fa = T(1), fb = T(0);
     if (valid > 0) {
-      const SoftmaxState<T> tile = serial_tile_state<T>(index_t(0), valid, Load<T>{s}, Store<T>{s});
+      const SoftmaxState<T> tile = tile_state<T, VB>(s, index_t(0), valid, Store<T>{s});
       t.state[r].merge(tile, fa, fb);
     }
     for (index_t j = 0; j < valid; ++j) s[j] *= fb;
@@ -244,10 +330,10 @@ void attention_tile(AttentionTile<T>& t) {
 // of the set's width (8 accumulators of 16 SSE / AVX2 registers, 16 of 32 AVX-512 ones). Measured
 // on a 32 x 64 x 64 tile, AVX-512: 4 rows 67 / 47 GFLOP/s (fp32 / fp64), 8 rows 84 / 47.
 #define KFLASH_IMPL_VARIANT(name, attributes, vector_bytes, rows)                                   \
-  attributes void name(RowTask<float>& t) { run_row(t); }                                           \
-  attributes void name(RowTask<double>& t) { run_row(t); }                                          \
-  attributes void name(RowBlock<float>& t) { run_rows(t); }                                         \
-  attributes void name(RowBlock<double>& t) { run_rows(t); }                                        \
+  attributes void name(RowTask<float>& t) { run_row<float, vector_bytes>(t); }                      \
+  attributes void name(RowTask<double>& t) { run_row<double, vector_bytes>(t); }                    \
+  attributes void name(RowBlock<float>& t) { run_rows<float, vector_bytes>(t); }                    \
+  attributes void name(RowBlock<double>& t) { run_rows<double, vector_bytes>(t); }                  \
   attributes void name(AttentionTile<float>& t) { attention_tile<float, rows, 2, vector_bytes>(t); } \
   attributes void name(AttentionTile<double>& t) { attention_tile<double, rows, 2, vector_bytes>(t); }
 
