@@ -3,12 +3,16 @@
 // (`flatten`), so the same source becomes AVX-512, AVX2 + FMA and baseline code.
 #include <kflash/impl/host_kernels.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
 #define KFLASH_IMPL_X86_VARIANTS 1
+#endif
+#ifdef KFLASH_IMPL_X86_VARIANTS
+#include <immintrin.h>
 #endif
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define KFLASH_IMPL_FLATTEN __attribute__((flatten))
@@ -160,6 +164,63 @@ inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store&
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
+/// Non-temporal stores of a vector (aligned to its size) where the instruction set has them: the
+/// line goes to memory without being read first and without evicting the cache. `fence` orders
+/// them before what follows (other threads read the output after the kernel).
+template <class T, int VB>
+struct Stream {
+  static constexpr bool available = false;
+  static void store(T* p, const typename Vec<T, VB>::type& v) { Vec<T, VB>::store(p, v); }
+  static void fence() {}
+};
+#ifdef KFLASH_IMPL_X86_VARIANTS
+#define KFLASH_IMPL_STREAM(T, VB, attributes, intrinsic)                  \
+  template <>                                                             \
+  struct Stream<T, VB> {                                                  \
+    static constexpr bool available = true;                               \
+    attributes static void store(T* p, const typename Vec<T, VB>::type& v) { intrinsic(p, v); } \
+    static void fence() { _mm_sfence(); }                                 \
+  };
+KFLASH_IMPL_STREAM(float, 16, , _mm_stream_ps)
+KFLASH_IMPL_STREAM(double, 16, , _mm_stream_pd)
+KFLASH_IMPL_STREAM(float, 32, __attribute__((target("avx"))), _mm256_stream_ps)
+KFLASH_IMPL_STREAM(double, 32, __attribute__((target("avx"))), _mm256_stream_pd)
+KFLASH_IMPL_STREAM(float, 64, __attribute__((target("avx512f"))), _mm512_stream_ps)
+KFLASH_IMPL_STREAM(double, 64, __attribute__((target("avx512f"))), _mm512_stream_pd)
+#undef KFLASH_IMPL_STREAM
+#endif
+
+/// The write passes: y[i] = f(x[i]), i in [0, n); with `stream`, through non-temporal stores.
+template <class T>
+struct ProbOf {
+  T shift, inv_sum;
+  T operator()(T v) const { return exp_nonpositive(v - shift) * inv_sum; }
+};
+template <class T>
+struct LogProbOf {
+  T shift, log_sum;
+  T operator()(T v) const { return (v - shift) - log_sum; }
+};
+
+template <class T, int VB, class F>
+inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream) {
+  using S = Stream<T, VB>;
+  index_t i = 0;
+  if (stream && S::available) {
+    constexpr int W = VB / int(sizeof(T));
+    for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
+    for (; i + W <= n; i += W) {
+      T w[W];
+      for (int l = 0; l < W; ++l) w[l] = f(x[i + l]);
+      typename Vec<T, VB>::type v;
+      Vec<T, VB>::load(v, w);
+      S::store(y + i, v);
+    }
+    S::fence();
+  }
+  for (; i < n; ++i) y[i] = f(x[i]);
+}
+
 /// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
 /// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
 template <class T>
@@ -194,17 +255,17 @@ void run_row(RowTask<T>& t) {
       }
       break;
     case RowStep::prob:
-      for (index_t i = 0; i < n; ++i) y[i] = exp_nonpositive(x[i] - t.a) * t.b;
+      write_pass<T, VB>(x, y, n, ProbOf<T>{t.a, t.b}, t.stream);
       break;
     case RowStep::log_prob:
-      for (index_t i = 0; i < n; ++i) y[i] = (x[i] - t.a) - t.b;
+      write_pass<T, VB>(x, y, n, LogProbOf<T>{t.a, t.b}, t.stream);
       break;
   }
 }
 
 template <class T, int VB>
-SoftmaxState<T> step_here(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0)) {
-  RowTask<T> t{step, x, y, n, a, b, SoftmaxState<T>::identity()};
+SoftmaxState<T> step_here(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0), bool stream = false) {
+  RowTask<T> t{step, x, y, n, a, b, SoftmaxState<T>::identity(), stream};
   run_row<T, VB>(t);
   return t.result;
 }
@@ -254,9 +315,9 @@ void run_rows(RowBlock<T>& blk) {
     const SoftmaxNormalizer<T> norm(s);
     T* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
-      step_here<T, VB>(RowStep::prob, x, y, n, norm.shift, norm.inv_sum);
+      step_here<T, VB>(RowStep::prob, x, y, n, norm.shift, norm.inv_sum, blk.stream);
     } else {
-      step_here<T, VB>(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum);
+      step_here<T, VB>(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum, blk.stream);
     }
   }
 }

@@ -148,6 +148,20 @@ TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow26) {
   check_vector<T>(normal_values<T>(std::size_t(1) << 26, 26), 1e-6L, false, "2^26");
 }
 
+TYPED_TEST(SoftmaxTest, LargeOutputStreamed) {
+  // An output of host::stream_bytes or more: on the host, rows longer than stored_weights_bytes are
+  // written with non-temporal stores. Rows of 2^k + 3 elements start at every alignment; in place
+  // too. (On devices this is one more large case.)
+  using T = TypeParam;
+  const std::size_t rows = 16;
+  const std::size_t cols = std::size_t(kflash::impl::host::stream_bytes) / sizeof(T) / rows + 3;
+  ASSERT_GT(cols * sizeof(T), std::size_t(kflash::impl::host::stored_weights_bytes));
+  const auto host = normal_values<T>(rows * cols, 77, 3.0);
+  check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, false, "streamed");
+  if (::testing::Test::HasFatalFailure()) return;
+  check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, true, "streamed");
+}
+
 TYPED_TEST(SoftmaxTest, Deterministic) {
   // The same inputs give bit-identical outputs run to run (deterministic merge order).
   using T = TypeParam;

@@ -96,6 +96,9 @@ struct RowKernel {
     }
   }
 
+  /// Whether the output is large enough for non-temporal stores (host::stream_bytes).
+  bool stream() const { return plan.rows * plan.cols * index_t(sizeof(T)) >= host::stream_bytes; }
+
   /// The same item on a host space, through the compiled loops of host_kernels.hpp (a team is one
   /// thread there). In the whole phase an item is plan.rows_per_item rows.
   void host_item(index_t item, index_t r, index_t c, index_t begin, index_t end) const {
@@ -105,7 +108,7 @@ struct RowKernel {
       const index_t r0 = item * plan.rows_per_item;
       const index_t r1 = r0 + plan.rows_per_item < plan.rows ? r0 + plan.rows_per_item : plan.rows;
       if (r0 >= r1) return;
-      host::RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.cols};
+      host::RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.cols, stream()};
       if constexpr (Op == RowOp::logsumexp) {
         block.out = y.row(r0);
         block.ldout = y.row_stride();
@@ -132,9 +135,9 @@ struct RowKernel {
       const SoftmaxNormalizer<T> norm(s);
       T* yr = y.row(r) + begin;
       if constexpr (Op == RowOp::softmax) {
-        row_step<T>(RowStep::prob, xr, yr, n, norm.shift, norm.inv_sum);
+        row_step<T>(RowStep::prob, xr, yr, n, norm.shift, norm.inv_sum, stream());
       } else {
-        row_step<T>(RowStep::log_prob, xr, yr, n, norm.shift, norm.log_sum);
+        row_step<T>(RowStep::log_prob, xr, yr, n, norm.shift, norm.log_sum, stream());
       }
     }
   }

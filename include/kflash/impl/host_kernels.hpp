@@ -23,6 +23,7 @@ const char* isa_name(Isa);
 ///   state:    result = the (m, l) of x, by tiles (the tile's maximum first, then its weights)
 ///   prob:     y = exp(x - a) * b
 ///   log_prob: y = (x - a) - b
+/// With `stream`, prob and log_prob write y with non-temporal stores (see stream_bytes).
 enum class RowStep { state, prob, log_prob };
 
 template <class T>
@@ -34,6 +35,7 @@ struct RowTask {
   T a;
   T b;
   SoftmaxState<T> result;
+  bool stream = false;
 };
 
 void run(RowTask<float>& task);
@@ -63,7 +65,8 @@ void run(AttentionTile<float>& tile);
 void run(AttentionTile<double>& tile);
 
 /// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
-/// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout].
+/// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout]. With `stream`,
+/// rows longer than stored_weights_bytes are written with non-temporal stores.
 template <class T>
 struct RowBlock {
   RowOp op;
@@ -74,6 +77,7 @@ struct RowBlock {
   T* out;
   index_t ldout;
   index_t rows, cols;
+  bool stream = false;
 };
 
 void run(RowBlock<float>& block);
@@ -84,10 +88,16 @@ void run(RowBlock<double>& block);
 /// recompute the weights in the write pass (one pass less over memory, one exp more).
 constexpr index_t stored_weights_bytes = index_t(1) << 19;
 
+/// softmax and log_softmax calls whose output has at least this many bytes write the rows that take
+/// two passes (longer than stored_weights_bytes, or split over threads) with non-temporal stores: an
+/// output that size leaves the cache before it is read again, and a plain store first reads the
+/// line it writes (a third of the memory traffic of the pass).
+constexpr index_t stream_bytes = index_t(1) << 26;
+
 /// Shorthands for the row steps.
 template <class T>
-SoftmaxState<T> row_step(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0)) {
-  RowTask<T> task{step, x, y, n, a, b, SoftmaxState<T>::identity()};
+SoftmaxState<T> row_step(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0), bool stream = false) {
+  RowTask<T> task{step, x, y, n, a, b, SoftmaxState<T>::identity(), stream};
   run(task);
   return task.result;
 }
