@@ -86,6 +86,27 @@ struct Vec {
 };
 #endif
 
+/// v's lanes as two vectors of half the width.
+template <class T, int VB>
+inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::type& lo,
+                   typename Vec<T, VB / 2>::type& hi) {
+  __builtin_memcpy(&lo, &v, VB / 2);
+  __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + VB / 2, VB / 2);
+}
+
+/// The largest lane of v (NaN lanes ignored), by halves.
+template <class T, int VB>
+inline T max_lane(const typename Vec<T, VB>::type& v) {
+  if constexpr (VB == int(sizeof(T))) {
+    return Vec<T, VB>::lane(v, 0);
+  } else {
+    typename Vec<T, VB / 2>::type a, b;
+    halves<T, VB>(v, a, b);
+    Vec<T, VB / 2>::max(a, b);
+    return max_lane<T, VB / 2>(a);
+  }
+}
+
 /// The maximum of x[b, e) (NaN ignored, -inf if empty), as lanes_max computes it, in vectors of VB
 /// bytes (four independent ones per step).
 template <class T, int VB>
@@ -105,19 +126,11 @@ inline T max_of(const T* x, index_t b, index_t e) {
     V::load(v, x + i);
     V::max(m[0], v);
   }
-  for (int u = 1; u < U; ++u) V::max(m[0], m[u]);
-  T r = -infinity<T>();
-  for (int l = 0; l < int(W); ++l) r = V::lane(m[0], l) > r ? V::lane(m[0], l) : r;
+  for (int h = U / 2; h >= 1; h /= 2)
+    for (int u = 0; u < h; ++u) V::max(m[u], m[u + h]);
+  T r = max_lane<T, VB>(m[0]);
   for (; i < e; ++i) r = x[i] > r ? x[i] : r;
   return r;
-}
-
-/// v's lanes as two vectors of half the width.
-template <class T, int VB>
-inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::type& lo,
-                   typename Vec<T, VB / 2>::type& hi) {
-  __builtin_memcpy(&lo, &v, VB / 2);
-  __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + VB / 2, VB / 2);
 }
 
 /// LanesMerge's tree on a vector of lanes: level by level the upper half of the lanes is added to the
@@ -298,9 +311,35 @@ void softmax_stored(const T* x, T* y, index_t n) {
   }
 }
 
+/// Row r of blk, of at most one tile: its state, then the finish of softmax_stored or of the two
+/// passes, without their tile loops (the same operations, so the same results).
+template <class T, int VB>
+void short_row(const RowBlock<T>& blk, index_t r) {
+  const index_t n = blk.cols;
+  const T* x = blk.x + r * blk.ldx;
+  if (blk.op == RowOp::softmax) {
+    T* y = blk.y + r * blk.ldy;
+    const SoftmaxState<T> s = tile_state<T, VB>(x, 0, n, Store<T>{y});
+    const T f = SoftmaxState<T>::weight(s.max, s.max) * SoftmaxNormalizer<T>(s).inv_sum;
+    for (index_t i = 0; i < n; ++i) y[i] *= f;
+    return;
+  }
+  const SoftmaxState<T> s = tile_state<T, VB>(x, 0, n, NoStore<T>{});
+  if (blk.op == RowOp::logsumexp) {
+    blk.out[r * blk.ldout] = s.logsumexp();
+  } else {
+    const SoftmaxNormalizer<T> norm(s, Normalize::log_prob);
+    write_pass<T, VB>(x, blk.y + r * blk.ldy, n, LogProbOf<T>{norm.shift, norm.log_sum}, false);
+  }
+}
+
 template <class T, int VB>
 void run_rows(RowBlock<T>& blk) {
   const index_t n = blk.cols;
+  if (n <= row_tile) {  // (measured: grouping several rows per call gained nothing more)
+    for (index_t r = 0; r < blk.rows; ++r) short_row<T, VB>(blk, r);
+    return;
+  }
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
     if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes) {
@@ -312,7 +351,7 @@ void run_rows(RowBlock<T>& blk) {
       blk.out[r * blk.ldout] = s.logsumexp();
       continue;
     }
-    const SoftmaxNormalizer<T> norm(s);
+    const SoftmaxNormalizer<T> norm(s, blk.op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
     T* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
       step_here<T, VB>(RowStep::prob, x, y, n, norm.shift, norm.inv_sum, blk.stream);

@@ -85,7 +85,7 @@ struct RowKernel {
     } else if constexpr (Op == RowOp::logsumexp) {
       Kokkos::single(Kokkos::PerTeam(team), [&]() { y(r, 0) = s.logsumexp(); });
     } else {
-      const SoftmaxNormalizer<T> n(s);
+      const SoftmaxNormalizer<T> n(s, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, begin, end), [&](index_t i) {
         if constexpr (Op == RowOp::softmax) {
           y(r, i) = n.prob(x(r, i));
@@ -132,7 +132,7 @@ struct RowKernel {
     } else if constexpr (Op == RowOp::logsumexp) {
       y(r, 0) = s.logsumexp();
     } else {
-      const SoftmaxNormalizer<T> norm(s);
+      const SoftmaxNormalizer<T> norm(s, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
       T* yr = y.row(r) + begin;
       if constexpr (Op == RowOp::softmax) {
         row_step<T>(RowStep::prob, xr, yr, n, norm.shift, norm.inv_sum, stream());

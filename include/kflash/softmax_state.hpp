@@ -100,17 +100,21 @@ struct SoftmaxState {
   }
 };
 
+/// Which output a SoftmaxNormalizer is for: probabilities need 1 / l, log-probabilities log(l).
+enum class Normalize { prob, log_prob };
+
 /// The per-row constants that turn a finished state into outputs:
 ///   softmax(x) = exp(x - shift) * inv_sum,   log_softmax(x) = (x - shift) - log_sum.
 /// Built so that the contract holds without per-element tests: a row of only -inf gives 0 and -inf,
-/// a row with NaN or +inf gives NaN everywhere.
+/// a row with NaN or +inf gives NaN everywhere. Only the constant `what` asks for is computed (a
+/// log per row is a large part of a short row's cost); the other one is NaN.
 template <class T>
 struct SoftmaxNormalizer {
   T shift;
   T inv_sum;
   T log_sum;
 
-  KOKKOS_INLINE_FUNCTION explicit SoftmaxNormalizer(const SoftmaxState<T>& s) {
+  KOKKOS_INLINE_FUNCTION explicit SoftmaxNormalizer(const SoftmaxState<T>& s, Normalize what = Normalize::prob) {
     const T l = s.total();
     const T inf = impl::infinity<T>();
     if (l != l || s.max == inf) {  // NaN entry, or +inf entry: the whole row is NaN
@@ -123,8 +127,8 @@ struct SoftmaxNormalizer {
       log_sum = T(0);
     } else {
       shift = s.max;
-      inv_sum = T(1) / l;
-      log_sum = impl::log(l);
+      inv_sum = what == Normalize::prob ? T(1) / l : impl::quiet_nan<T>();
+      log_sum = what == Normalize::log_prob ? impl::log(l) : impl::quiet_nan<T>();
     }
   }
 
