@@ -56,6 +56,7 @@ struct Vec {
   static void store(T* p, const type& v) { __builtin_memcpy(p, &v, sizeof v); }
   static void fill(type& v, T a) { v = type{} + a; }
   static void fma(type& acc, T a, const type& b) { acc += a * b; }
+  static void fma(type& acc, const type& a, const type& b) { acc += a * b; }
   static void max(type& m, const type& v) { m = v > m ? v : m; }
   static T lane(const type& v, int i) { return v[i]; }
 };
@@ -78,6 +79,9 @@ struct Vec {
   }
   static void fma(type& acc, T a, const type& b) {
     for (int i = 0; i < width; ++i) acc.e[i] += a * b.e[i];
+  }
+  static void fma(type& acc, const type& a, const type& b) {
+    for (int i = 0; i < width; ++i) acc.e[i] += a.e[i] * b.e[i];
   }
   static void max(type& m, const type& v) {
     for (int i = 0; i < width; ++i) m.e[i] = v.e[i] > m.e[i] ? v.e[i] : m.e[i];
@@ -104,6 +108,18 @@ inline T max_lane(const typename Vec<T, VB>::type& v) {
     halves<T, VB>(v, a, b);
     Vec<T, VB / 2>::max(a, b);
     return max_lane<T, VB / 2>(a);
+  }
+}
+
+/// The sum of v's lanes, by halves.
+template <class T, int VB>
+inline T sum_lanes(const typename Vec<T, VB>::type& v) {
+  if constexpr (VB == int(sizeof(T))) {
+    return Vec<T, VB>::lane(v, 0);
+  } else {
+    typename Vec<T, VB / 2>::type a, b;
+    halves<T, VB>(v, a, b);
+    return sum_lanes<T, VB / 2>(a + b);
   }
 }
 
@@ -404,12 +420,56 @@ inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t
       gemm_block<T, 1, NV, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K);
 }
 
+/// c = a b^T for an R x J block: a (R x K, lda), b (J x K, ldb), both read along K in vectors of
+/// VB bytes (R x J accumulators, summed across lanes at the end).
+template <class T, int VB, int R, int J>
+inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K) {
+  using V = Vec<T, VB>;
+  constexpr index_t W = VB / index_t(sizeof(T));
+  typename V::type acc[R][J], av[R], bv[J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) V::fill(acc[r][j], T(0));
+  index_t d = 0;
+  for (; d + W <= K; d += W) {
+    for (int r = 0; r < R; ++r) V::load(av[r], a + r * lda + d);
+    for (int j = 0; j < J; ++j) V::load(bv[j], b + j * ldb + d);
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) V::fma(acc[r][j], av[r], bv[j]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) {
+      T sum = sum_lanes<T, VB>(acc[r][j]);
+      for (index_t e = d; e < K; ++e) sum += a[r * lda + e] * b[j * ldb + e];
+      c[r * ldc + j] = sum;
+    }
+}
+
+/// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks, the edges by thinner ones.
+template <class T, int VB, int R, int J>
+inline void gemm_nt(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
+                    index_t K) {
+  index_t i = 0;
+  for (; i + R <= M; i += R) {
+    index_t j = 0;
+    for (; j + J <= N; j += J) gemm_nt_block<T, VB, R, J>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K);
+    for (; j < N; ++j) gemm_nt_block<T, VB, R, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K);
+  }
+  for (; i < M; ++i) {
+    index_t j = 0;
+    for (; j + J <= N; j += J) gemm_nt_block<T, VB, 1, J>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K);
+    for (; j < N; ++j) gemm_nt_block<T, VB, 1, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K);
+  }
+}
+
 template <class T, int R, int NV, int VB>
 void attention_tile(AttentionTile<T>& t) {
   static_assert(attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
-  // Scores for all bk columns (columns past nk hold leftovers and are never read).
-  gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+  if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
+    gemm_nt<T, VB, 4, 4>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D);
+  } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
+    gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+  }
   for (index_t r = 0; r < t.rows; ++r) {
     T* s = t.s + r * t.bk;
     T* o = t.o + r * t.dvp;
@@ -423,7 +483,7 @@ void attention_tile(AttentionTile<T>& t) {
     for (index_t j = valid; j < t.nk; ++j) s[j] = T(0);
     for (index_t d = 0; d < t.dvp; ++d) o[d] *= fa;
   }
-  gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.dvp, t.o, t.dvp, t.rows, t.dvp, t.nk);
+  gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk);
 }
 
 // One variant per instruction set: the same bodies, with register blocks of `rows` rows x 2 vectors

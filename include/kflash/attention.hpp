@@ -163,15 +163,38 @@ struct AttentionKernel {
       for (index_t d = p.Dv; d < p.dvp; ++d) vs(j, d) = T(0);
     host::AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), valid.data(),
                                 nrows, 0, p.bk, p.D, p.dvp};
+    tile.ldv = p.dvp;
+    // Rows of K and V with unit stride are read in place (V when no padding is needed): K by dot
+    // products for blocks of at most dot_rows query rows (decode), where staging K transposed would
+    // cost more than the products; V always.
+    const bool k_in_place = k.stride(3) == 1 && nrows <= host::dot_rows;
+    const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
     for (index_t t0 = kb; t0 < ke; t0 += p.bk) {
       tile.nk = ke - t0 < p.bk ? ke - t0 : p.bk;
-      for (index_t j = 0; j < tile.nk; ++j) {
-        for (index_t d = 0; d < p.D; ++d) kt(d, j) = k(b, hk, t0 + j, d);
-        for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+      if (k_in_place) {
+        tile.k = &k(b, hk, t0, 0);
+        tile.ldk = index_t(k.stride(2));
+      } else {
+        for (index_t j = 0; j < tile.nk; ++j)
+          for (index_t d = 0; d < p.D; ++d) kt(d, j) = k(b, hk, t0 + j, d);
+      }
+      if (v_in_place) {
+        tile.v = &v(b, hk, t0, 0);
+        tile.ldv = index_t(v.stride(2));
+      } else {
+        for (index_t j = 0; j < tile.nk; ++j)
+          for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
       }
       for (index_t r = 0; r < nrows; ++r) {
         const index_t seen = p.causal ? row_of(hk, rho0 + r).i + shift + 1 - t0 : tile.nk;  // keys row r sees
         valid(r) = seen < 0 ? 0 : (seen < tile.nk ? seen : tile.nk);
+      }
+      if (k_in_place && v_in_place) {  // the next tile's rows, asked for while this one is computed
+        const index_t next_end = t0 + 2 * p.bk < ke ? t0 + 2 * p.bk : ke;
+        for (index_t j = t0 + p.bk; j < next_end; ++j) {
+          host::prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
+          host::prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
+        }
       }
       host::run(tile);
     }

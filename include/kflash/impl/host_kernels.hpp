@@ -44,11 +44,19 @@ void run(RowTask<double>& task);
 /// Columns of the attention tiles' kt, v and o are padded to a multiple of this (with zeros).
 constexpr index_t attention_pad = 32;
 
+#ifndef DOTROWS
+#define DOTROWS 8
+#endif
+/// Blocks of at most this many query rows read K in place (AttentionTile::k).
+constexpr index_t dot_rows = DOTROWS;
+
 /// One K/V tile of attention for a block of query rows, in place on the block's running state:
-///   s = q kt (rows x bk), row r masked past its first valid[r] keys; per row the tile's (m, l)
+///   s = q k^T (rows x bk), row r masked past its first valid[r] keys; per row the tile's (m, l)
 ///   and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
-/// q (rows x D, pre-scaled), kt (D x bk: K transposed), v (nk x dvp), o (rows x dvp), all row-major
-/// and contiguous; bk and dvp are multiples of attention_pad; nk <= bk keys are valid.
+/// q (rows x D, pre-scaled), o (rows x dvp) and s (rows x bk) row-major and contiguous; the keys
+/// either as k (nk rows of D, row stride ldk: K in place, dot products) or, when k is null, as kt
+/// (D x bk: K transposed, broadcast products); v: nk rows of dvp values, row stride ldv. bk and dvp
+/// are multiples of attention_pad; nk <= bk keys are valid.
 template <class T>
 struct AttentionTile {
   const T* q;
@@ -59,6 +67,9 @@ struct AttentionTile {
   SoftmaxState<T>* state;
   const index_t* valid;
   index_t rows, nk, bk, D, dvp;
+  const T* k = nullptr;
+  index_t ldk = 0;
+  index_t ldv = 0;
 };
 
 void run(AttentionTile<float>& tile);
@@ -93,6 +104,16 @@ constexpr index_t stored_weights_bytes = index_t(1) << 19;
 /// output that size leaves the cache before it is read again, and a plain store first reads the
 /// line it writes (a third of the memory traffic of the pass).
 constexpr index_t stream_bytes = index_t(1) << 26;
+
+/// Asks the memory system for [p, p + bytes) ahead of use, one request per 64-byte line.
+inline void prefetch(const void* p, index_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* c = static_cast<const char*>(p);
+  for (index_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
+#else
+  (void)p, (void)bytes;
+#endif
+}
 
 /// Shorthands for the row steps.
 template <class T>
