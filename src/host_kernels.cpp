@@ -43,11 +43,13 @@ struct NoStore {
   KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
 };
 
-/// A vector of `Bytes` bytes of T, loaded and stored unaligned. With GNU vector extensions each
+/// A vector of `Bytes` bytes of T, loaded and stored unaligned. With GNU vector extensions (not
+/// through nvcc, whose front end stops on them; CUDA builds have only the baseline) each
 /// variant lowers it to its own registers (one AVX-512 register, two AVX2 or four SSE ones). Plain
 /// loops were not enough in two places: GCC 12 vectorised gemm_block's k loop (a shuffle per
 /// element) for some widths, and it does not vectorise a maximum that ignores NaN (`v > m ? v : m`).
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(KFLASH_IMPL_NO_VECTOR_EXT)
+#define KFLASH_IMPL_VECTOR_EXT 1
 template <class T, int Bytes>
 struct Vec {
   typedef T type __attribute__((vector_size(Bytes)));
@@ -66,6 +68,14 @@ struct Vec {
   static constexpr int width = Bytes / int(sizeof(T));
   struct type {
     T e[width];
+    type& operator+=(const type& b) {
+      for (int i = 0; i < width; ++i) e[i] += b.e[i];
+      return *this;
+    }
+    type operator+(const type& b) const {
+      type a = *this;
+      return a += b;
+    }
   };
   static void zero(type& v) { v = type{}; }
   static void load(type& v, const T* p) {
@@ -202,7 +212,7 @@ struct Stream {
   static void store(T* p, const typename Vec<T, VB>::type& v) { Vec<T, VB>::store(p, v); }
   static void fence() {}
 };
-#ifdef KFLASH_IMPL_X86_VARIANTS
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
 #define KFLASH_IMPL_STREAM(T, VB, attributes, intrinsic)                  \
   template <>                                                             \
   struct Stream<T, VB> {                                                  \
@@ -358,7 +368,7 @@ void run_rows(RowBlock<T>& blk) {
   }
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
-    if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes) {
+    if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes && !blk.stream) {
       softmax_stored<T, VB>(x, blk.y + r * blk.ldy, n);
       continue;
     }

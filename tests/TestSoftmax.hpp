@@ -149,17 +149,20 @@ TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow26) {
 }
 
 TYPED_TEST(SoftmaxTest, LargeOutputStreamed) {
-  // An output of host::stream_bytes or more: on the host, rows longer than stored_weights_bytes are
-  // written with non-temporal stores. Rows of 2^k + 3 elements start at every alignment; in place
-  // too. (On devices this is one more large case.)
+  // An output of host::stream_bytes or more: on the host, rows longer than one tile are written
+  // with non-temporal stores, whether longer than stored_weights_bytes (16 rows) or not (1003
+  // columns). Rows of odd lengths start at every alignment; in place too. (On devices these are
+  // two more large cases.)
   using T = TypeParam;
-  const std::size_t rows = 16;
-  const std::size_t cols = std::size_t(kflash::impl::host::stream_bytes) / sizeof(T) / rows + 3;
-  ASSERT_GT(cols * sizeof(T), std::size_t(kflash::impl::host::stored_weights_bytes));
-  const auto host = normal_values<T>(rows * cols, 77, 3.0);
-  check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, false, "streamed");
-  if (::testing::Test::HasFatalFailure()) return;
-  check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, true, "streamed");
+  const std::size_t stream = std::size_t(kflash::impl::host::stream_bytes) / sizeof(T);
+  for (std::size_t cols : {stream / 16 + 3, std::size_t(1003)}) {
+    const std::size_t rows = stream / cols + 1;
+    const auto host = normal_values<T>(rows * cols, unsigned(cols), 3.0);
+    check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, false, "streamed");
+    if (::testing::Test::HasFatalFailure()) return;
+    check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, true, "streamed");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 TYPED_TEST(SoftmaxTest, Deterministic) {
