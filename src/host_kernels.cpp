@@ -179,10 +179,14 @@ template <class T, int VB, class Store>
 inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store& store) {
   const T m = max_of<T, VB>(x, b, e);
   if (!(m - m == T(0))) return serial_tile_state<T>(m, b, e, Load<T>{x}, store);
-  constexpr int LB = serial_lanes * int(sizeof(T));
-  using L = Vec<T, LB>;
-  typename L::type lanes, w;
-  L::fill(lanes, T(0));
+  // The 16 lanes as NL vectors of the set's width (one vector type of all 16 would live in memory
+  // when it is wider than a register: fp64 on AVX-512).
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  constexpr int NL = serial_lanes / W > 0 ? serial_lanes / W : 1;
+  static_assert(NL * W == serial_lanes, "kflash: the lanes must fill whole vectors");
+  typename V::type lanes[NL], w;
+  for (int u = 0; u < NL; ++u) V::fill(lanes[u], T(0));
   const index_t full = b + (e - b) / serial_lanes * serial_lanes;
   for (index_t i = b; i < full; i += serial_lanes) {
     T wl[serial_lanes];
@@ -190,8 +194,10 @@ inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store&
       wl[l] = exp_nonpositive(x[i + l] - m);
       store(i + l, wl[l]);
     }
-    L::load(w, wl);
-    lanes += w;
+    for (int u = 0; u < NL; ++u) {
+      V::load(w, wl + u * W);
+      lanes[u] += w;
+    }
   }
   SoftmaxState<T> sum = SoftmaxState<T>::identity();
   for (index_t i = full; i < e; ++i) {
@@ -199,7 +205,9 @@ inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store&
     store(i, wi);
     sum.add_term(wi);
   }
-  merge_lanes<T, LB>(lanes, sum);
+  for (int h = NL / 2; h >= 1; h /= 2)  // LanesMerge's first levels: lane l + lane l + h * W
+    for (int u = 0; u < h; ++u) lanes[u] += lanes[u + h];
+  merge_lanes<T, VB>(lanes[0], sum);
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
