@@ -108,30 +108,31 @@ inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::
   __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + VB / 2, VB / 2);
 }
 
-/// The largest lane of v (NaN lanes ignored), by halves.
-template <class T, int VB>
-inline T max_lane(const typename Vec<T, VB>::type& v) {
+/// Combines v's lanes by halves: the upper half into the lower one, level by level, with
+/// Op::apply (a = a op b on vectors of half the width).
+template <class T, int VB, class Op>
+inline T reduce_lanes(const typename Vec<T, VB>::type& v) {
   if constexpr (VB == int(sizeof(T))) {
     return Vec<T, VB>::lane(v, 0);
   } else {
     typename Vec<T, VB / 2>::type a, b;
     halves<T, VB>(v, a, b);
-    Vec<T, VB / 2>::max(a, b);
-    return max_lane<T, VB / 2>(a);
+    Op::template apply<T, VB / 2>(a, b);
+    return reduce_lanes<T, VB / 2, Op>(a);
   }
 }
-
-/// The sum of v's lanes, by halves.
-template <class T, int VB>
-inline T sum_lanes(const typename Vec<T, VB>::type& v) {
-  if constexpr (VB == int(sizeof(T))) {
-    return Vec<T, VB>::lane(v, 0);
-  } else {
-    typename Vec<T, VB / 2>::type a, b;
-    halves<T, VB>(v, a, b);
-    return sum_lanes<T, VB / 2>(a + b);
+struct MaxOp {  // NaN lanes ignored
+  template <class T, int VB>
+  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
+    Vec<T, VB>::max(a, b);
   }
-}
+};
+struct AddOp {
+  template <class T, int VB>
+  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
+    a += b;
+  }
+};
 
 /// The maximum of x[b, e) (NaN ignored, -inf if empty), as lanes_max computes it, in vectors of VB
 /// bytes (four independent ones per step).
@@ -154,22 +155,9 @@ inline T max_of(const T* x, index_t b, index_t e) {
   }
   for (int h = U / 2; h >= 1; h /= 2)
     for (int u = 0; u < h; ++u) V::max(m[u], m[u + h]);
-  T r = max_lane<T, VB>(m[0]);
+  T r = reduce_lanes<T, VB, MaxOp>(m[0]);
   for (; i < e; ++i) r = x[i] > r ? x[i] : r;
   return r;
-}
-
-/// LanesMerge's tree on a vector of lanes: level by level the upper half of the lanes is added to the
-/// lower half, the same additions in the same order as LanesMerge, in registers.
-template <class T, int VB>
-inline void merge_lanes(const typename Vec<T, VB>::type& s, SoftmaxState<T>& sum) {
-  if constexpr (VB == int(sizeof(T))) {
-    sum.add_term(Vec<T, VB>::lane(s, 0));
-  } else {
-    typename Vec<T, VB / 2>::type a, b;
-    halves<T, VB>(s, a, b);
-    merge_lanes<T, VB / 2>(a + b, sum);
-  }
 }
 
 /// serial_tile_state of x[b, e) with vectors: the maximum, then the weights in the shared code's
@@ -207,7 +195,7 @@ inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store&
   }
   for (int h = NL / 2; h >= 1; h /= 2)  // LanesMerge's first levels: lane l + lane l + h * W
     for (int u = 0; u < h; ++u) lanes[u] += lanes[u + h];
-  merge_lanes<T, VB>(lanes[0], sum);
+  sum.add_term(reduce_lanes<T, VB, AddOp>(lanes[0]));  // LanesMerge's last levels
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
@@ -456,7 +444,7 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
   }
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < J; ++j) {
-      T sum = sum_lanes<T, VB>(acc[r][j]);
+      T sum = reduce_lanes<T, VB, AddOp>(acc[r][j]);
       for (index_t e = d; e < K; ++e) sum += a[r * lda + e] * b[j * ldb + e];
       c[r * ldc + j] = sum;
     }
