@@ -44,11 +44,9 @@ void run(RowTask<double>& task);
 /// Columns of the attention tiles' kt, v and o are padded to a multiple of this (with zeros).
 constexpr index_t attention_pad = 32;
 
-#ifndef DOTROWS
-#define DOTROWS 8
-#endif
-/// Blocks of at most this many query rows read K in place (AttentionTile::k).
-constexpr index_t dot_rows = DOTROWS;
+/// Blocks of at most this many query rows (decoding, GQA groups) read K in place by dot products
+/// (AttentionTile::k); larger blocks stage it transposed, once per tile for all their rows.
+constexpr index_t dot_rows = 8;
 
 /// One K/V tile of attention for a block of query rows, in place on the block's running state:
 ///   s = q k^T (rows x bk), row r masked past its first valid[r] keys; per row the tile's (m, l)
@@ -77,7 +75,7 @@ void run(AttentionTile<double>& tile);
 
 /// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
 /// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout]. With `stream`,
-/// rows longer than stored_weights_bytes are written with non-temporal stores.
+/// rows longer than one tile (512 elements) take the two passes and write with non-temporal stores.
 template <class T>
 struct RowBlock {
   RowOp op;
@@ -99,9 +97,9 @@ void run(RowBlock<double>& block);
 /// recompute the weights in the write pass (one pass less over memory, one exp more).
 constexpr index_t stored_weights_bytes = index_t(1) << 19;
 
-/// softmax and log_softmax calls whose output has at least this many bytes write the rows that take
-/// two passes (longer than stored_weights_bytes, or split over threads) with non-temporal stores: an
-/// output that size leaves the cache before it is read again, and a plain store first reads the
+/// softmax and log_softmax calls whose output has at least this many bytes write their rows of more
+/// than one tile (and the chunks of split rows) in two passes, the second with non-temporal stores:
+/// an output that size leaves the cache before it is read again, and a plain store first reads the
 /// line it writes (a third of the memory traffic of the pass).
 constexpr index_t stream_bytes = index_t(1) << 26;
 
