@@ -193,9 +193,9 @@ inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store&
     store(i, wi);
     sum.add_term(wi);
   }
-  for (int h = NL / 2; h >= 1; h /= 2)  // LanesMerge's first levels: lane l + lane l + h * W
+  for (int h = NL / 2; h >= 1; h /= 2)  // lanes_add_terms' first levels: lane l + lane l + h * W
     for (int u = 0; u < h; ++u) lanes[u] += lanes[u + h];
-  sum.add_term(reduce_lanes<T, VB, AddOp>(lanes[0]));  // LanesMerge's last levels
+  sum.add_term(reduce_lanes<T, VB, AddOp>(lanes[0]));  // its last levels
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 

@@ -249,26 +249,16 @@ KOKKOS_INLINE_FUNCTION T lanes_max(Index b, Index e, const F& value) {
   return m;
 }
 
-/// Adds `lanes` partial sums to `sum` (a state whose max stays -inf: a compensated sum) by a tree, lane
-/// l with lane l + half for half = lanes / 2, ..., 1 (each level a vectorisable loop), and the root
-/// with add_term. The tree adds at most log2(lanes) roundings to the lanes' own (up to tile / lanes
-/// terms each, uncompensated); the tiles' sums then merge compensated. A host kernel may pass its
-/// own merge with the same tree.
-struct LanesMerge {
-  template <class T>
-  KOKKOS_INLINE_FUNCTION void operator()(T (&lane)[serial_lanes], SoftmaxState<T>& sum) const {
-    for (int half = serial_lanes / 2; half >= 1; half /= 2)
-      for (int l = 0; l < half; ++l) lane[l] += lane[l + half];
-    sum.add_term(lane[0]);
-  }
-};
-
-/// Adds the terms term(i), i in [b, e), to `sum`, each term also handed to store(i, term). The terms
-/// go to `lanes` independent partial sums (a vectorisable loop; each sums (e - b) / lanes terms),
-/// which `merge` then adds to `sum`. Keep e - b to a tile: the lanes' sums are not compensated.
-template <class T, class Index, class Term, class Store, class Merge = LanesMerge>
+/// Adds the terms term(i), i in [b, e), to `sum` (a state whose max stays -inf: a compensated sum),
+/// each term also handed to store(i, term). The terms go to `lanes` independent partial sums (a
+/// vectorisable loop; each sums (e - b) / lanes terms), added by a tree, lane l with lane l + half
+/// for half = lanes / 2, ..., 1 (each level a vectorisable loop), the root then to `sum`. The tree
+/// adds at most log2(lanes) roundings to the lanes' own; the tiles' sums merge compensated. Keep
+/// e - b to a tile: the lanes' sums are not compensated. (src/host_kernels.cpp's tile_state does
+/// the same additions in the same order on vector registers.)
+template <class T, class Index, class Term, class Store>
 KOKKOS_INLINE_FUNCTION void lanes_add_terms(Index b, Index e, const Term& term, const Store& store,
-                                            SoftmaxState<T>& sum, const Merge& merge = Merge{}) {
+                                            SoftmaxState<T>& sum) {
   constexpr int lanes = serial_lanes;
   const Index full = b + (e - b) / lanes * lanes;
   T lane[lanes];
@@ -284,29 +274,31 @@ KOKKOS_INLINE_FUNCTION void lanes_add_terms(Index b, Index e, const Term& term, 
     store(i, w);
     sum.add_term(w);
   }
-  merge(lane, sum);
+  for (int half = lanes / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) lane[l] += lane[l + half];
+  sum.add_term(lane[0]);
 }
 
 /// Adds the weights exp(value(i) - m), i in [b, e), to `sum` as lanes_add_terms does. For a finite
 /// m the weight is exp_nonpositive(value - m) itself (the contract's special cases arise only for
 /// an infinite maximum), so the common case skips weight()'s select.
-template <class T, class Index, class F, class Store, class Merge = LanesMerge>
+template <class T, class Index, class F, class Store>
 KOKKOS_INLINE_FUNCTION void lanes_add_weights(Index b, Index e, const F& value, T m, const Store& store,
-                                              SoftmaxState<T>& sum, const Merge& merge = Merge{}) {
+                                              SoftmaxState<T>& sum) {
   if (m - m == T(0)) {
-    lanes_add_terms<T>(b, e, [&](Index i) { return exp_nonpositive(value(i) - m); }, store, sum, merge);
+    lanes_add_terms<T>(b, e, [&](Index i) { return exp_nonpositive(value(i) - m); }, store, sum);
   } else {
-    lanes_add_terms<T>(b, e, [&](Index i) { return SoftmaxState<T>::weight(value(i), m); }, store, sum, merge);
+    lanes_add_terms<T>(b, e, [&](Index i) { return SoftmaxState<T>::weight(value(i), m); }, store, sum);
   }
 }
 
 /// The state of value(i), i in [b, e), whose maximum (NaN ignored) is m, for one thread: the
-/// weights against m, each also handed to store(i, weight); `merge` as in lanes_add_terms.
-template <class T, class Index, class F, class Store, class Merge = LanesMerge>
+/// weights against m, each also handed to store(i, weight).
+template <class T, class Index, class F, class Store>
 KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(T m, Index b, Index e, const F& value,
-                                                         const Store& store, const Merge& merge = Merge{}) {
+                                                         const Store& store) {
   SoftmaxState<T> sum = SoftmaxState<T>::identity();
-  lanes_add_weights<T>(b, e, value, m, store, sum, merge);
+  lanes_add_weights<T>(b, e, value, m, store, sum);
   return SoftmaxState<T>{m, sum.sum, sum.comp};
 }
 
