@@ -160,43 +160,64 @@ inline T max_of(const T* x, index_t b, index_t e) {
   return r;
 }
 
-/// serial_tile_state of x[b, e) with vectors: the maximum, then the weights in the shared code's
-/// serial_lanes lanes, held in registers, and its tree. The same operations in the same order, so
-/// the same state. A tile whose maximum is infinite (or that is empty) takes the shared code.
+/// The weights of a tile against its maximum m, summed as serial_tile_state sums them: its 16
+/// lanes, as NL vectors of VB bytes held in registers (one vector type of all 16 would live in
+/// memory when it is wider than a register: fp64 on AVX-512), and the elements past the last full
+/// group of 16 in `tail`.
+template <class T, int VB>
+struct TileLanes {
+  using V = Vec<T, VB>;
+  static constexpr int W = VB / int(sizeof(T));
+  static constexpr int NL = serial_lanes / W > 0 ? serial_lanes / W : 1;
+  static_assert(NL * W == serial_lanes, "kflash: the lanes must fill whole vectors");
+  typename V::type lanes[NL];
+  SoftmaxState<T> tail;
+
+  /// Adds exp(x[i] - m), i in [b, e) (stored through `store`), for a finite m.
+  template <class Store>
+  void add_weights(const T* x, index_t b, index_t e, T m, const Store& store) {
+    for (int u = 0; u < NL; ++u) V::fill(lanes[u], T(0));
+    tail = SoftmaxState<T>::identity();
+    const index_t full = b + (e - b) / serial_lanes * serial_lanes;
+    typename V::type w;
+    for (index_t i = b; i < full; i += serial_lanes) {
+      T wl[serial_lanes];
+      for (int l = 0; l < serial_lanes; ++l) {
+        wl[l] = exp_nonpositive(x[i + l] - m);
+        store(i + l, wl[l]);
+      }
+      for (int u = 0; u < NL; ++u) {
+        V::load(w, wl + u * W);
+        lanes[u] += w;
+      }
+    }
+    for (index_t i = full; i < e; ++i) {
+      const T wi = exp_nonpositive(x[i] - m);
+      store(i, wi);
+      tail.add_term(wi);
+    }
+  }
+
+  /// The tile's state: the tail plus the lanes, by lanes_add_terms' tree.
+  SoftmaxState<T> state(T m) {
+    for (int h = NL / 2; h >= 1; h /= 2)  // the tree's first levels: lane l + lane l + h * W
+      for (int u = 0; u < h; ++u) lanes[u] += lanes[u + h];
+    SoftmaxState<T> sum = tail;
+    sum.add_term(reduce_lanes<T, VB, AddOp>(lanes[0]));  // its last levels
+    return SoftmaxState<T>{m, sum.sum, sum.comp};
+  }
+};
+
+/// serial_tile_state of x[b, e) with vectors: the maximum, then the weights (TileLanes). The same
+/// operations in the same order, so the same state. A tile whose maximum is infinite (or that is
+/// empty) takes the shared code.
 template <class T, int VB, class Store>
 inline SoftmaxState<T> tile_state(const T* x, index_t b, index_t e, const Store& store) {
   const T m = max_of<T, VB>(x, b, e);
   if (!(m - m == T(0))) return serial_tile_state<T>(m, b, e, Load<T>{x}, store);
-  // The 16 lanes as NL vectors of the set's width (one vector type of all 16 would live in memory
-  // when it is wider than a register: fp64 on AVX-512).
-  using V = Vec<T, VB>;
-  constexpr int W = VB / int(sizeof(T));
-  constexpr int NL = serial_lanes / W > 0 ? serial_lanes / W : 1;
-  static_assert(NL * W == serial_lanes, "kflash: the lanes must fill whole vectors");
-  typename V::type lanes[NL], w;
-  for (int u = 0; u < NL; ++u) V::fill(lanes[u], T(0));
-  const index_t full = b + (e - b) / serial_lanes * serial_lanes;
-  for (index_t i = b; i < full; i += serial_lanes) {
-    T wl[serial_lanes];
-    for (int l = 0; l < serial_lanes; ++l) {
-      wl[l] = exp_nonpositive(x[i + l] - m);
-      store(i + l, wl[l]);
-    }
-    for (int u = 0; u < NL; ++u) {
-      V::load(w, wl + u * W);
-      lanes[u] += w;
-    }
-  }
-  SoftmaxState<T> sum = SoftmaxState<T>::identity();
-  for (index_t i = full; i < e; ++i) {
-    const T wi = exp_nonpositive(x[i] - m);
-    store(i, wi);
-    sum.add_term(wi);
-  }
-  for (int h = NL / 2; h >= 1; h /= 2)  // lanes_add_terms' first levels: lane l + lane l + h * W
-    for (int u = 0; u < h; ++u) lanes[u] += lanes[u + h];
-  sum.add_term(reduce_lanes<T, VB, AddOp>(lanes[0]));  // its last levels
-  return SoftmaxState<T>{m, sum.sum, sum.comp};
+  TileLanes<T, VB> lanes;
+  lanes.add_weights(x, b, e, m, store);
+  return lanes.state(m);
 }
 
 /// Non-temporal stores of a vector (aligned to its size) where the instruction set has them: the
@@ -239,19 +260,30 @@ struct LogProbOf {
 
 template <class T, int VB, class F>
 inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream) {
+  // In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
+  // read whole before it is written, and the compiler needs no test of their overlap).
   using S = Stream<T, VB>;
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  T xl[W], w[W];  // (x copied whole first: GCC 12 loads x[i + l] one by one otherwise)
+  typename V::type v;
   index_t i = 0;
   if (stream && S::available) {
-    constexpr int W = VB / int(sizeof(T));
     for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
     for (; i + W <= n; i += W) {
-      T w[W];
-      for (int l = 0; l < W; ++l) w[l] = f(x[i + l]);
-      typename Vec<T, VB>::type v;
-      Vec<T, VB>::load(v, w);
+      __builtin_memcpy(xl, x + i, sizeof xl);
+      for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
+      V::load(v, w);
       S::store(y + i, v);
     }
     S::fence();
+  } else {
+    for (; i + W <= n; i += W) {
+      __builtin_memcpy(xl, x + i, sizeof xl);
+      for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
+      V::load(v, w);
+      V::store(y + i, v);
+    }
   }
   for (; i < n; ++i) y[i] = f(x[i]);
 }
@@ -333,33 +365,114 @@ void softmax_stored(const T* x, T* y, index_t n) {
   }
 }
 
-/// Row r of blk, of at most one tile: its state, then the finish of softmax_stored or of the two
-/// passes, without their tile loops (the same operations, so the same results).
+/// log(l) for l in [1, 2^1023] (the total of a finished state of finite entries: its maximum
+/// weighs exactly 1), in double, written so that loops over it vectorise (libm's log is a call per
+/// element, a third of a short row's cost). l = 2^e f with f in [sqrt(1/2), sqrt(2)), t = f - 1
+/// (exact), s = t / (2 + t), log f = 2 atanh(s) = t - (t^2/2 - s (t^2/2 + R(s^2))), R by its series
+/// (s^2 <= 0.0295: the terms left out are below 1e-17 of the result); e ln2 in two parts.
+inline double log_of_total(double l) {
+  using bits_type = std::int64_t;
+  constexpr bits_type sqrt_half_bits = 0x3fe6a09e667f3bcdLL;  // sqrt(1/2) rounded down
+  constexpr bits_type one_bits = 0x3ff0000000000000LL;
+  constexpr bits_type mantissa = (bits_type(1) << 52) - 1;
+  constexpr double ln2_hi = 0.693147180369123816490;  // 32 significant bits: e * ln2_hi is exact
+  constexpr double ln2_lo = 1.90821492927058770002e-10;
+  // Adding 1 - sqrt(1/2) to the bits carries into the exponent exactly when f >= sqrt(2).
+  const bits_type u = bits_as<bits_type>(l) + (one_bits - sqrt_half_bits);
+  const bits_type e = (u >> 52) - 1023;  // in [0, 1023]
+  const double f = bits_as<double>((u & mantissa) + sqrt_half_bits);
+  // e as a double without an integer conversion (which AVX2 lacks for 64-bit integers).
+  const double ed = bits_as<double>(bits_type(0x4330000000000000LL) | e) - 4503599627370496.0;
+  const double t = f - 1.0;
+  const double s = t / (2.0 + t);
+  const double z = s * s;
+  double r = 2.0 / 21.0;  // R(z) = sum_{k=1..10} 2 z^k / (2k + 1), by Horner's rule
+  r = 2.0 / 19.0 + z * r;
+  r = 2.0 / 17.0 + z * r;
+  r = 2.0 / 15.0 + z * r;
+  r = 2.0 / 13.0 + z * r;
+  r = 2.0 / 11.0 + z * r;
+  r = 2.0 / 9.0 + z * r;
+  r = 2.0 / 7.0 + z * r;
+  r = 2.0 / 5.0 + z * r;
+  r = 2.0 / 3.0 + z * r;
+  r *= z;
+  const double half_t2 = 0.5 * t * t;
+  return ed * ln2_hi + ((ed * ln2_lo) + (t - (half_t2 - s * (half_t2 + r))));
+}
+
+/// Rows of at most one tile are taken this many at a time: their states first, then the logs that
+/// logsumexp and log_softmax need, in vectors (log_of_total), then their outputs.
+constexpr index_t short_group = 16;
+
+/// Rows [r0, r0 + g) of blk (g <= short_group), each of at most one tile: the finish of
+/// softmax_stored or of the two passes without their tile loops (the same operations, but for the
+/// log: log_of_total rather than libm's, within an ulp of it).
 template <class T, int VB>
-void short_row(const RowBlock<T>& blk, index_t r) {
+void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
+  // tile_state of each row, step by step across the rows: each step's chains of dependent
+  // operations (the lanes' trees, the exp polynomials) are short, and the rows' chains overlap.
   const index_t n = blk.cols;
-  const T* x = blk.x + r * blk.ldx;
-  if (blk.op == RowOp::softmax) {
-    T* y = blk.y + r * blk.ldy;
-    const SoftmaxState<T> s = tile_state<T, VB>(x, 0, n, Store<T>{y});
-    const T f = SoftmaxState<T>::weight(s.max, s.max) * SoftmaxNormalizer<T>(s).inv_sum;
-    for (index_t i = 0; i < n; ++i) y[i] *= f;
+  const bool softmax = blk.op == RowOp::softmax;
+  const T* x[short_group];
+  T* y[short_group];
+  T m[short_group];
+  for (index_t i = 0; i < g; ++i) {
+    x[i] = blk.x + (r0 + i) * blk.ldx;
+    y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
+    m[i] = max_of<T, VB>(x[i], 0, n);
+  }
+  TileLanes<T, VB> lanes[short_group];
+  for (index_t i = 0; i < g; ++i) {
+    if (!(m[i] - m[i] == T(0))) continue;  // infinite maximum, or NaN: below
+    if (softmax) {
+      lanes[i].add_weights(x[i], 0, n, m[i], Store<T>{y[i]});
+    } else {
+      lanes[i].add_weights(x[i], 0, n, m[i], NoStore<T>{});
+    }
+  }
+  SoftmaxState<T> s[short_group];
+  for (index_t i = 0; i < g; ++i) {
+    if (m[i] - m[i] == T(0)) {
+      s[i] = lanes[i].state(m[i]);
+    } else if (softmax) {
+      s[i] = serial_tile_state<T>(m[i], index_t(0), n, Load<T>{x[i]}, Store<T>{y[i]});
+    } else {
+      s[i] = serial_tile_state<T>(m[i], index_t(0), n, Load<T>{x[i]}, NoStore<T>{});
+    }
+  }
+  if (softmax) {
+    for (index_t i = 0; i < g; ++i) {
+      const T f = SoftmaxState<T>::weight(s[i].max, s[i].max) * SoftmaxNormalizer<T>(s[i]).inv_sum;
+      for (index_t j = 0; j < n; ++j) y[i][j] *= f;
+    }
     return;
   }
-  const SoftmaxState<T> s = tile_state<T, VB>(x, 0, n, NoStore<T>{});
-  if (blk.op == RowOp::logsumexp) {
-    blk.out[r * blk.ldout] = s.logsumexp();
-  } else {
-    const SoftmaxNormalizer<T> norm(s, Normalize::log_prob);
-    write_pass<T, VB>(x, blk.y + r * blk.ldy, n, LogProbOf<T>{norm.shift, norm.log_sum}, false);
+  double l[short_group], log_l[short_group];
+  bool usual[short_group];  // the others (NaN, +inf, an empty row, fp64 beyond 2^1023): as before
+  for (index_t i = 0; i < short_group; ++i) {
+    const T total = i < g ? s[i].total() : T(1);
+    usual[i] = total >= T(1) && double(total) <= 0x1p1023 && (i >= g || s[i].max - s[i].max == T(0));
+    l[i] = usual[i] ? double(total) : 1.0;
+  }
+  for (index_t i = 0; i < short_group; ++i) log_l[i] = log_of_total(l[i]);
+  for (index_t i = 0; i < g; ++i) {
+    if (blk.op == RowOp::logsumexp) {
+      blk.out[(r0 + i) * blk.ldout] = usual[i] ? T(double(s[i].max) + log_l[i]) : s[i].logsumexp();
+    } else {
+      SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob);
+      if (usual[i]) norm.log_sum = T(log_l[i]);
+      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm.shift, norm.log_sum}, false);
+    }
   }
 }
 
 template <class T, int VB>
 void run_rows(RowBlock<T>& blk) {
   const index_t n = blk.cols;
-  if (n <= row_tile) {  // (measured: grouping several rows per call gained nothing more)
-    for (index_t r = 0; r < blk.rows; ++r) short_row<T, VB>(blk, r);
+  if (n <= row_tile) {
+    for (index_t r = 0; r < blk.rows; r += short_group)
+      short_rows<T, VB>(blk, r, blk.rows - r < short_group ? blk.rows - r : short_group);
     return;
   }
   for (index_t r = 0; r < blk.rows; ++r) {

@@ -206,6 +206,50 @@ TYPED_TEST(SoftmaxStateTest, HostKernelExpAccuracy) {
   EXPECT_TRUE(std::isnan(y[k + 4]));
 }
 
+TYPED_TEST(SoftmaxStateTest, HostKernelShortRowLogAccuracy) {
+  // Rows of at most one tile take their logs in vectors (not libm's): logsumexp and log_softmax
+  // of rows of 64, whose l sweeps [1, 64] (every binade, both sides of each sqrt(2) f), against
+  // the state of the shared code with a long-double log. That state's l may differ from the
+  // kernels' by a few ulp (their exp is contracted to FMAs), which moves log l by a few eps: the
+  // bound on log l is 4 eps + an ulp of it, on logsumexp half an ulp more of the result.
+  using T = TypeParam;
+  namespace host = kflash::impl::host;
+  using kflash::impl::index_t;
+  using kflash::impl::RowOp;
+  const index_t rows = 4099, cols = 64;  // not a multiple of the kernels' group of rows
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<T> x(rows * cols), y(x.size()), out(rows);
+  std::vector<index_t> at_max(rows);
+  for (index_t r = 0; r < rows; ++r) {
+    const double shift = 200 * u(gen) - 100;           // the maximum, at a random column
+    const double c = -std::pow(10.0, 3 * u(gen) - 2);  // the others: l from 1 + 63 e^-10 to about 64
+    for (index_t j = 0; j < cols; ++j) x[r * cols + j] = T(shift + c * (1 + 0.01 * u(gen)));
+    at_max[r] = index_t(u(gen) * cols);
+    x[r * cols + at_max[r]] = T(shift);
+  }
+  for (RowOp op : {RowOp::logsumexp, RowOp::log_softmax}) {
+    host::RowBlock<T> block{op, x.data(), cols, y.data(), cols, out.data(), 1, rows, cols};
+    host::run(block);
+    ld worst = 0;
+    for (index_t r = 0; r < rows; ++r) {
+      const T* row = x.data() + r * cols;
+      const auto s = kflash::impl::serial_tile_state<T>(index_t(0), cols, [&](index_t i) { return row[i]; },
+                                                        [](index_t, T) {});
+      const ld log_l = std::log(ld(s.total()));
+      if (op == RowOp::logsumexp) {
+        const ld ref = ld(s.max) + log_l;
+        worst = std::max(worst, std::fabs(out[r] - ref) / (4 + 2 * log_l + std::fabs(ref)));
+      } else {
+        const ld log_sum = -ld(y[r * cols + at_max[r]]);  // there y = (max - max) - log l = -log l
+        worst = std::max(worst, std::fabs(log_sum - log_l) / (4 + 2 * log_l));
+      }
+    }
+    EXPECT_LE(worst, eps<T>) << (op == RowOp::logsumexp ? "logsumexp" : "log_softmax")
+                             << ": worst error, in units of the bound, " << double(worst / eps<T>);
+  }
+}
+
 TYPED_TEST(SoftmaxStateTest, LongSequentialPushKeepsAccuracy) {
   // 2^20 pushes one at a time: the compensated sum keeps l within 1e-6 (fp32) / 1e-13 (fp64).
   using T = TypeParam;
