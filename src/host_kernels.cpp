@@ -259,7 +259,7 @@ struct LogProbOf {
 };
 
 template <class T, int VB, class F>
-inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream) {
+inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, bool fence = true) {
   // In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
   // read whole before it is written, and the compiler needs no test of their overlap).
   using S = Stream<T, VB>;
@@ -276,7 +276,7 @@ inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream) {
       V::load(v, w);
       S::store(y + i, v);
     }
-    S::fence();
+    if (fence) S::fence();
   } else {
     for (; i + W <= n; i += W) {
       __builtin_memcpy(xl, x + i, sizeof xl);
@@ -302,25 +302,41 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
 #endif
 }
 
+/// The state pass over x[0, n), a tile at a time.
+template <class T, int VB>
+struct StatePass {
+  const T* x;
+  index_t n;
+  SoftmaxState<T> state = SoftmaxState<T>::identity();
+
+  /// The tile from b (a multiple of row_tile).
+  void tile(index_t b) {
+    const index_t e = b + row_tile < n ? b + row_tile : n;
+    prefetch_ahead(x, e, n);
+    const SoftmaxState<T> t = tile_state<T, VB>(x, b, e, NoStore<T>{});
+    if (b == 0) {
+      state = t;  // merging into the identity would only cost two exps
+    } else {
+      state.merge(t);
+    }
+  }
+  void all() {
+    for (index_t b = 0; b < n; b += row_tile) tile(b);
+  }
+};
+
 template <class T, int VB>
 void run_row(RowTask<T>& t) {
   const T* x = t.x;
   T* y = t.y;
   const index_t n = t.n;
-  const NoStore<T> no_store;
   switch (t.step) {
-    case RowStep::state:
-      for (index_t b = 0; b < n; b += row_tile) {
-        const index_t e = b + row_tile < n ? b + row_tile : n;
-        prefetch_ahead(x, e, n);
-        const SoftmaxState<T> tile = tile_state<T, VB>(x, b, e, no_store);
-        if (b == 0) {
-          t.result = tile;  // merging into the identity would only cost two exps
-        } else {
-          t.result.merge(tile);
-        }
-      }
+    case RowStep::state: {
+      StatePass<T, VB> pass{x, n};
+      pass.all();
+      t.result = pass.state;
       break;
+    }
     case RowStep::prob:
       write_pass<T, VB>(x, y, n, ProbOf<T>{t.a, t.b}, t.stream);
       break;
@@ -328,13 +344,6 @@ void run_row(RowTask<T>& t) {
       write_pass<T, VB>(x, y, n, LogProbOf<T>{t.a, t.b}, t.stream);
       break;
   }
-}
-
-template <class T, int VB>
-SoftmaxState<T> step_here(RowStep step, const T* x, T* y, index_t n, T a = T(0), T b = T(0), bool stream = false) {
-  RowTask<T> t{step, x, y, n, a, b, SoftmaxState<T>::identity(), stream};
-  run_row<T, VB>(t);
-  return t.result;
 }
 
 /// softmax of a row of at most stored_weights_bytes with one exp per element: per tile, the
@@ -467,6 +476,18 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
   }
 }
 
+/// write_pass over x[0, n) a tile at a time, each tile followed by the same tile of `beside`'s
+/// state pass (if any; its row has n elements too).
+template <class T, int VB, class F>
+void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, StatePass<T, VB>* beside) {
+  for (index_t b = 0; b < n; b += row_tile) {
+    const index_t e = b + row_tile < n ? b + row_tile : n;
+    write_pass<T, VB>(x + b, y + b, e - b, f, stream, false);
+    if (beside != nullptr) beside->tile(b);
+  }
+  if (stream) Stream<T, VB>::fence();
+}
+
 template <class T, int VB>
 void run_rows(RowBlock<T>& blk) {
   const index_t n = blk.cols;
@@ -475,23 +496,31 @@ void run_rows(RowBlock<T>& blk) {
       short_rows<T, VB>(blk, r, blk.rows - r < short_group ? blk.rows - r : short_group);
     return;
   }
+  if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes && !blk.stream) {
+    for (index_t r = 0; r < blk.rows; ++r) softmax_stored<T, VB>(blk.x + r * blk.ldx, blk.y + r * blk.ldy, n);
+    return;
+  }
+  // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
+  // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
+  // of the other share the memory system, instead of taking turns.
+  StatePass<T, VB> next{blk.x, n};
+  next.all();
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
-    if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes && !blk.stream) {
-      softmax_stored<T, VB>(x, blk.y + r * blk.ldy, n);
-      continue;
-    }
-    const SoftmaxState<T> s = step_here<T, VB>(RowStep::state, x, nullptr, n);
+    const SoftmaxState<T> s = next.state;
+    const bool more = r + 1 < blk.rows;
+    if (more) next = StatePass<T, VB>{blk.x + (r + 1) * blk.ldx, n};
     if (blk.op == RowOp::logsumexp) {
       blk.out[r * blk.ldout] = s.logsumexp();
+      if (more) next.all();
       continue;
     }
     const SoftmaxNormalizer<T> norm(s, blk.op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
     T* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
-      step_here<T, VB>(RowStep::prob, x, y, n, norm.shift, norm.inv_sum, blk.stream);
+      write_pass_beside<T, VB>(x, y, n, ProbOf<T>{norm.shift, norm.inv_sum}, blk.stream, more ? &next : nullptr);
     } else {
-      step_here<T, VB>(RowStep::log_prob, x, y, n, norm.shift, norm.log_sum, blk.stream);
+      write_pass_beside<T, VB>(x, y, n, LogProbOf<T>{norm.shift, norm.log_sum}, blk.stream, more ? &next : nullptr);
     }
   }
 }

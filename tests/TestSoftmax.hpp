@@ -111,9 +111,11 @@ std::vector<std::vector<T>> adversarial_rows(std::size_t cols) {
 
 TYPED_TEST(SoftmaxTest, AdversarialRows) {
   using T = TypeParam;
-  // Short rows, one row per team, and rows long enough to be split across teams.
+  // Short rows, one row per team, and rows long enough to be split across teams; on the host,
+  // rows of more than 512 KiB also take the two passes, the write pass of one row beside the
+  // state pass of the next (where a thread gets several rows: Serial, one OpenMP thread).
   for (std::size_t cols : {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(257),
-                           std::size_t(70001)}) {
+                           std::size_t(70001), std::size_t(140001)}) {
     const auto rows = adversarial_rows<T>(cols);
     std::vector<T> flat;
     for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());

@@ -57,6 +57,9 @@ struct RowTraits {
   static constexpr index_t items_per_thread = 4;
   /// Host work items of whole rows hold several short rows, about this many elements.
   static constexpr index_t item_elements = index_t(1) << 14;
+  /// ... and at least this many rows, where there are enough for every thread: the host kernels
+  /// run the write pass of one long row beside the state pass of the next.
+  static constexpr index_t item_rows = 8;
 };
 
 /// How a set of rows is cut into work items: each row into `chunks` chunks of `chunk_len`.
@@ -80,7 +83,8 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
                       : index_t(exec.concurrency()) / (traits::vector_length * traits::device_team_size);
   const index_t wanted = traits::items_per_thread * (teams_available > 0 ? teams_available : 1);
   if (rows >= wanted && traits::is_host) {
-    const index_t by_size = (traits::item_elements + cols - 1) / (cols > 0 ? cols : 1);
+    index_t by_size = (traits::item_elements + cols - 1) / (cols > 0 ? cols : 1);
+    if (by_size < traits::item_rows) by_size = traits::item_rows;
     const index_t by_count = rows / wanted;
     p.rows_per_item = by_size < by_count ? by_size : by_count;
   }
