@@ -265,13 +265,18 @@ inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, boo
   using S = Stream<T, VB>;
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
-  T xl[W], w[W];  // (x copied whole first: GCC 12 loads x[i + l] one by one otherwise)
+  // x's group goes through a vector and an aligned copy: read as x[i + l], GCC 12 loads it one
+  // element at a time, and copied by memcpy, in two halves that a whole-vector load then waits for
+  // (AVX2, whose generic tuning splits unaligned 32-byte accesses).
+  alignas(VB) T xl[W];
+  T w[W];
   typename V::type v;
   index_t i = 0;
   if (stream && S::available) {
     for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
     for (; i + W <= n; i += W) {
-      __builtin_memcpy(xl, x + i, sizeof xl);
+      V::load(v, x + i);
+      V::store(xl, v);
       for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
       V::load(v, w);
       S::store(y + i, v);
@@ -279,7 +284,8 @@ inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, boo
     if (fence) S::fence();
   } else {
     for (; i + W <= n; i += W) {
-      __builtin_memcpy(xl, x + i, sizeof xl);
+      V::load(v, x + i);
+      V::store(xl, v);
       for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
       V::load(v, w);
       V::store(y + i, v);
@@ -477,13 +483,22 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
 }
 
 /// write_pass over x[0, n) a tile at a time, each tile followed by the same tile of `beside`'s
-/// state pass (if any; its row has n elements too).
+/// state pass (if any; its row has n elements too). With `stream`, the write pass's tiles start
+/// where y is aligned (after the first): each tile then stores vectors only.
 template <class T, int VB, class F>
 void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, StatePass<T, VB>* beside) {
+  if (beside == nullptr) {
+    write_pass<T, VB>(x, y, n, f, stream);
+    return;
+  }
+  index_t head = 0;
+  while (stream && head < n && reinterpret_cast<std::uintptr_t>(y + head) % VB != 0) ++head;
+  index_t wb = 0;
   for (index_t b = 0; b < n; b += row_tile) {
-    const index_t e = b + row_tile < n ? b + row_tile : n;
-    write_pass<T, VB>(x + b, y + b, e - b, f, stream, false);
-    if (beside != nullptr) beside->tile(b);
+    const index_t we = b + row_tile + head < n ? b + row_tile + head : n;
+    write_pass<T, VB>(x + wb, y + wb, we - wb, f, stream, false);
+    wb = we;
+    beside->tile(b);
   }
   if (stream) Stream<T, VB>::fence();
 }
@@ -503,6 +518,7 @@ void run_rows(RowBlock<T>& blk) {
   // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
   // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
   // of the other share the memory system, instead of taking turns.
+  if (blk.rows <= 0) return;
   StatePass<T, VB> next{blk.x, n};
   next.all();
   for (index_t r = 0; r < blk.rows; ++r) {
