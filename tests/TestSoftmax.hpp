@@ -3,6 +3,10 @@
 
 #include <TestCommon.hpp>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <cstring>
 
 namespace kflash_test {
@@ -165,6 +169,45 @@ TYPED_TEST(SoftmaxTest, LargeOutputStreamed) {
     check_matrix<T, Kokkos::LayoutRight>(rows, cols, host, true, "streamed");
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+TYPED_TEST(SoftmaxTest, WorkspaceIsReused) {
+  // A row split across teams keeps its chunk states in a workspace kept from call to call: the
+  // same calls again allocate nothing. While another thread holds that workspace, a call takes
+  // scratch of its own (it neither waits nor shares), and its results are still right.
+  using T = TypeParam;
+  using Cache = kflash::impl::CachedWorkspace<TEST_EXECSPACE::memory_space>;
+  const auto row = normal_values<T>(200003, 31, 3.0);  // one row of more than 2 min_chunk: split
+  check_vector<T>(row, 8 * eps<T>, true, "workspace, first calls");
+  const std::size_t allocations = Cache::allocations();
+  EXPECT_GE(allocations, std::size_t(1));
+  check_vector<T>(row, 8 * eps<T>, true, "workspace, again");
+  EXPECT_EQ(Cache::allocations(), allocations) << "the calls again allocated the shared workspace anew";
+
+  std::mutex m;
+  std::condition_variable cv;
+  bool held = false, done = false, shared = false;
+  std::thread holder([&] {
+    const Cache w(TEST_EXECSPACE(), 1, "kflash test: held elsewhere");  // never grows the buffer
+    std::unique_lock<std::mutex> lock(m);
+    held = true;
+    shared = w.shared_buffer();
+    cv.notify_all();
+    cv.wait(lock, [&] { return done; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return held; });
+  }
+  EXPECT_TRUE(shared);
+  check_vector<T>(row, 8 * eps<T>, true, "workspace held by another thread");
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_all();
+  holder.join();
+  EXPECT_EQ(Cache::allocations(), allocations);
 }
 
 TYPED_TEST(SoftmaxTest, Deterministic) {

@@ -6,6 +6,7 @@
 #include <kflash/impl/errors.hpp>
 #include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
+#include <kflash/impl/workspace.hpp>
 
 #include <cmath>
 #include <string>
@@ -392,12 +393,14 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     }
     // Split K/V: partial results of each key range, then the exact merge.
     using mem = typename OV::memory_space;
-    using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem>;
-    using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem>;
-    Parts o_parts(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::attention o_parts"),
-                  p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
-    PartsLse lse_parts(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::attention lse_parts"),
-                       p.nsplits, p.B, p.Hq, p.Nq);
+    using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+    using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+    using Scratch = CachedWorkspace<mem>;
+    const std::size_t lse_count = std::size_t(p.nsplits * p.B * p.Hq * p.Nq);
+    const std::size_t o_offset = Scratch::aligned(sizeof(T) * lse_count);
+    const Scratch scratch(exec, o_offset + sizeof(T) * lse_count * std::size_t(p.Dv), "kflash::attention parts");
+    const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
+    const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
     using Kernel = AttentionKernel<ExecSpace, QV, KV, VV, Parts, PartsLse, true>;
     launch("kflash::attention split_kv",
            Kernel{q, k, v, o_parts, lse_parts, true, p, scale, 0});

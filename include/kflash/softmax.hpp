@@ -4,6 +4,7 @@
 #include <kflash/impl/errors.hpp>
 #include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
+#include <kflash/impl/workspace.hpp>
 #include <kflash/softmax_state.hpp>
 
 #include <string>
@@ -163,7 +164,7 @@ template <RowOp Op, class ExecSpace, class XRows, class YRows>
 void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
   using memory_space = typename decltype(x.v)::memory_space;
-  using Workspace = Kokkos::View<SoftmaxState<T>**, memory_space>;
+  using Workspace = Kokkos::View<SoftmaxState<T>**, memory_space, Kokkos::MemoryUnmanaged>;
   using Kernel = RowKernel<ExecSpace, XRows, YRows, Workspace, Op>;
 
   const RowPlan plan = plan_rows(exec, x.rows(), x.cols());
@@ -179,8 +180,9 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   }
   // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
   // writes one value per row, so its finish phase has one item per row.
-  Workspace ws(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label + " workspace"), plan.rows,
-               plan.chunks);
+  const CachedWorkspace<memory_space> scratch(
+      exec, sizeof(SoftmaxState<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
+  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), plan.rows, plan.chunks);
   Kokkos::parallel_for(label + " partial", row_team_policy(exec, plan.rows * plan.chunks),
                        Kernel{x, y, ws, plan, RowPhase::partial, plan.chunks, contiguous});
   const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : plan.chunks;
