@@ -258,38 +258,39 @@ struct LogProbOf {
   T operator()(T v) const { return (v - shift) - log_sum; }
 };
 
-template <class T, int VB, class F>
-inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, bool fence = true) {
-  // In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
-  // read whole before it is written, and the compiler needs no test of their overlap).
-  using S = Stream<T, VB>;
+/// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
+/// In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
+/// read whole before it is written, and the compiler needs no test of their overlap). x's group
+/// goes through a vector and an aligned copy: read as x[i + l], GCC 12 loads it one element at a
+/// time, and copied by memcpy, in two halves that a whole-vector load then waits for (AVX2, whose
+/// generic tuning splits unaligned 32-byte accesses).
+template <class T, int VB, class Out, class F>
+inline index_t write_vectors(const T* x, T* y, index_t i, index_t n, const F& f) {
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
-  // x's group goes through a vector and an aligned copy: read as x[i + l], GCC 12 loads it one
-  // element at a time, and copied by memcpy, in two halves that a whole-vector load then waits for
-  // (AVX2, whose generic tuning splits unaligned 32-byte accesses).
   alignas(VB) T xl[W];
   T w[W];
   typename V::type v;
+  for (; i + W <= n; i += W) {
+    V::load(v, x + i);
+    V::store(xl, v);
+    for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
+    V::load(v, w);
+    Out::store(y + i, v);
+  }
+  return i;
+}
+
+template <class T, int VB, class F>
+inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, bool fence = true) {
+  using S = Stream<T, VB>;
   index_t i = 0;
   if (stream && S::available) {
     for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
-    for (; i + W <= n; i += W) {
-      V::load(v, x + i);
-      V::store(xl, v);
-      for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
-      V::load(v, w);
-      S::store(y + i, v);
-    }
+    i = write_vectors<T, VB, S>(x, y, i, n, f);
     if (fence) S::fence();
   } else {
-    for (; i + W <= n; i += W) {
-      V::load(v, x + i);
-      V::store(xl, v);
-      for (int l = 0; l < W; ++l) w[l] = f(xl[l]);
-      V::load(v, w);
-      V::store(y + i, v);
-    }
+    i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
   }
   for (; i < n; ++i) y[i] = f(x[i]);
 }
