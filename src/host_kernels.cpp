@@ -23,9 +23,6 @@
 namespace kflash::impl::host {
 namespace {
 
-/// Elements per tile of the row steps: the lanes' plain partial sums stay short.
-constexpr index_t row_tile = 512;
-
 // Element access for the tile loops of softmax_state.hpp (function objects rather than lambdas: in
 // a CUDA build this file also passes through nvcc, which wants them callable from both sides).
 template <class T>
@@ -257,6 +254,11 @@ struct LogProbOf {
   T shift, log_sum;
   T operator()(T v) const { return (v - shift) - log_sum; }
 };
+template <class T>
+struct Scaled {  // softmax's weights, stored in the state pass
+  T factor;
+  T operator()(T v) const { return v * factor; }
+};
 
 /// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
 /// In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
@@ -309,18 +311,27 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
 #endif
 }
 
-/// The state pass over x[0, n), a tile at a time.
+/// The state pass over x[0, n), a tile at a time. With w, the weights exp(x - tile max) go to
+/// w[0, n) and tile t's maximum to tile_max[t].
 template <class T, int VB>
 struct StatePass {
   const T* x;
   index_t n;
+  T* w = nullptr;
+  T* tile_max = nullptr;
   SoftmaxState<T> state = SoftmaxState<T>::identity();
 
   /// The tile from b (a multiple of row_tile).
   void tile(index_t b) {
     const index_t e = b + row_tile < n ? b + row_tile : n;
     prefetch_ahead(x, e, n);
-    const SoftmaxState<T> t = tile_state<T, VB>(x, b, e, NoStore<T>{});
+    SoftmaxState<T> t;
+    if (w != nullptr) {
+      t = tile_state<T, VB>(x, b, e, Store<T>{w});
+      tile_max[b / row_tile] = t.max;
+    } else {
+      t = tile_state<T, VB>(x, b, e, NoStore<T>{});
+    }
     if (b == 0) {
       state = t;  // merging into the identity would only cost two exps
     } else {
@@ -350,34 +361,6 @@ void run_row(RowTask<T>& t) {
     case RowStep::log_prob:
       write_pass<T, VB>(x, y, n, LogProbOf<T>{t.a, t.b}, t.stream);
       break;
-  }
-}
-
-/// softmax of a row of at most stored_weights_bytes with one exp per element: per tile, the
-/// weights exp(x - tile max) go to y and the tile's state merges into the row's; then each tile of
-/// y is scaled by exp(tile max - row max) / l while it is still in cache.
-template <class T, int VB>
-void softmax_stored(const T* x, T* y, index_t n) {
-  constexpr index_t max_tiles = stored_weights_bytes / index_t(sizeof(T)) / row_tile;
-  T tile_max[max_tiles];
-  SoftmaxState<T> s = SoftmaxState<T>::identity();
-  const Store<T> store{y};
-  for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
-    const index_t e = b + row_tile < n ? b + row_tile : n;
-    prefetch_ahead(x, e, n);
-    const SoftmaxState<T> tile = tile_state<T, VB>(x, b, e, store);
-    tile_max[t] = tile.max;
-    if (t == 0) {
-      s = tile;
-    } else {
-      s.merge(tile);
-    }
-  }
-  const T inv_sum = SoftmaxNormalizer<T>(s).inv_sum;
-  for (index_t b = 0, t = 0; b < n; b += row_tile, ++t) {
-    const index_t e = b + row_tile < n ? b + row_tile : n;
-    const T f = SoftmaxState<T>::weight(tile_max[t], s.max) * inv_sum;
-    for (index_t i = b; i < e; ++i) y[i] *= f;
   }
 }
 
@@ -504,6 +487,22 @@ void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, Sta
   if (stream) Stream<T, VB>::fence();
 }
 
+/// softmax's write pass after a state pass that stored its weights (`done`): y = w exp(tile max -
+/// row max) / l a tile at a time, each tile followed by the same tile of `beside`'s state pass (if
+/// any; its row has n elements too, and its weights may go where done's were: each tile is
+/// scaled before `beside` computes it). y may be done's w (in place).
+template <class T, int VB>
+void scale_pass_beside(const StatePass<T, VB>& done, T* y, bool stream, StatePass<T, VB>* beside) {
+  const T inv_sum = SoftmaxNormalizer<T>(done.state).inv_sum;
+  for (index_t b = 0; b < done.n; b += row_tile) {
+    const index_t e = b + row_tile < done.n ? b + row_tile : done.n;
+    const T f = SoftmaxState<T>::weight(done.tile_max[b / row_tile], done.state.max) * inv_sum;
+    write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
+    if (beside != nullptr) beside->tile(b);
+  }
+  if (stream) Stream<T, VB>::fence();
+}
+
 template <class T, int VB>
 void run_rows(RowBlock<T>& blk) {
   const index_t n = blk.cols;
@@ -513,20 +512,38 @@ void run_rows(RowBlock<T>& blk) {
     return;
   }
   if (blk.op == RowOp::softmax && n * index_t(sizeof(T)) <= stored_weights_bytes && !blk.stream) {
-    for (index_t r = 0; r < blk.rows; ++r) softmax_stored<T, VB>(blk.x + r * blk.ldx, blk.y + r * blk.ldy, n);
+    // One exp per element: the weights in y, scaled in place while the row is still in cache.
+    T tile_max[stored_weights_bytes / sizeof(T) / row_tile];
+    for (index_t r = 0; r < blk.rows; ++r) {
+      T* y = blk.y + r * blk.ldy;
+      StatePass<T, VB> pass{blk.x + r * blk.ldx, n, y, tile_max};
+      pass.all();
+      scale_pass_beside<T, VB>(pass, y, false, nullptr);
+    }
     return;
   }
   // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
   // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
   // of the other share the memory system, instead of taking turns.
+  // softmax rows with a RowBlock::weights keep their weights there (one exp per element). One
+  // row's room is enough: each tile of row r is scaled into y before row r + 1's tile overwrites it.
   if (blk.rows <= 0) return;
-  StatePass<T, VB> next{blk.x, n};
+  const bool stored = blk.op == RowOp::softmax && blk.weights != nullptr;
+  auto pass_of = [&](index_t r) {
+    return StatePass<T, VB>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr, stored ? blk.weights + n : nullptr};
+  };
+  StatePass<T, VB> next = pass_of(0);
   next.all();
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
-    const SoftmaxState<T> s = next.state;
+    const StatePass<T, VB> done = next;
+    const SoftmaxState<T> s = done.state;
     const bool more = r + 1 < blk.rows;
-    if (more) next = StatePass<T, VB>{blk.x + (r + 1) * blk.ldx, n};
+    if (more) next = pass_of(r + 1);
+    if (stored) {
+      scale_pass_beside<T, VB>(done, blk.y + r * blk.ldy, blk.stream, more ? &next : nullptr);
+      continue;
+    }
     if (blk.op == RowOp::logsumexp) {
       blk.out[r * blk.ldout] = s.logsumexp();
       if (more) next.all();

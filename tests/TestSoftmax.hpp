@@ -131,6 +131,38 @@ TYPED_TEST(SoftmaxTest, AdversarialRows) {
   }
 }
 
+TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
+  // softmax rows longer than 512 KiB keep their weights in RowBlock::weights (one row's room: a
+  // tile of one row is scaled into y, then the same tile of the next row's weights takes its
+  // place), with plain and with non-temporal stores, in place too: the adversarial rows through
+  // the host kernels directly, rows not aligned to a vector (140001) and aligned ones.
+  using T = TypeParam;
+  namespace host = kflash::impl::host;
+  using kflash::impl::index_t;
+  for (index_t cols : {index_t(140001), index_t(1) << 18}) {
+    const auto rows = adversarial_rows<T>(std::size_t(cols));
+    std::vector<T> flat;
+    for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    const index_t n_rows = index_t(rows.size());
+    std::vector<T> weights(std::size_t(host::weights_elements(cols)));
+    for (bool stream : {false, true})
+      for (bool in_place : {false, true}) {
+        std::vector<T> y = in_place ? flat : std::vector<T>(flat.size(), T(7));
+        const T* x = in_place ? y.data() : flat.data();
+        host::RowBlock<T> block{kflash::impl::RowOp::softmax, x, cols, y.data(), cols, nullptr, 0, n_rows, cols,
+                                stream, weights.data()};
+        host::run(block);
+        for (index_t r = 0; r < n_rows; ++r) {
+          const T* row = flat.data() + r * cols;
+          expect_row_matches(reference_row(row, std::size_t(cols)), row, y.data() + r * cols, std::size_t(cols), false,
+                             "stored weights " + std::to_string(cols) + (stream ? " stream" : "") +
+                                 (in_place ? " in place" : "") + " row " + std::to_string(r));
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+  }
+}
+
 TYPED_TEST(SoftmaxTest, VectorLengths) {
   using T = TypeParam;
   for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(1000),

@@ -51,7 +51,7 @@ struct RowKernel {
 #if KFLASH_IMPL_ON_HOST
     if constexpr (RowTraits<ExecSpace>::is_host) {
       if (contiguous) {
-        host_item(item, r, c, begin, end);
+        host_item(item, r, c, begin, end, weights(team));
         return;
       }
     }
@@ -98,18 +98,38 @@ struct RowKernel {
   }
 
   /// Whether the output is large enough for non-temporal stores (host::stream_bytes).
-  bool stream() const { return plan.rows * plan.cols * index_t(sizeof(T)) >= host::stream_bytes; }
+  static bool stream(const RowPlan& p) { return p.rows * p.cols * index_t(sizeof(T)) >= host::stream_bytes; }
+  bool stream() const { return stream(plan); }
+
+  /// The bytes of team scratch (level 1) in which a host team keeps softmax's weights of whole
+  /// rows, where the host kernels take them (host::buffered_weights_bytes); 0 elsewhere.
+  static std::size_t weights_bytes(const RowPlan& p) {
+    const index_t bytes = p.cols * index_t(sizeof(T));
+    const bool in_place = !stream(p) && bytes <= host::stored_weights_bytes;
+    if (Op != RowOp::softmax || p.chunks != 1 || p.cols <= host::row_tile || in_place ||
+        bytes > host::buffered_weights_bytes)
+      return 0;
+    return std::size_t(host::weights_elements(p.cols)) * sizeof(T);
+  }
+
+  /// This team's weights, or null.
+  T* weights(const member_type& team) const {
+    const std::size_t bytes = weights_bytes(plan);
+    if (bytes == 0) return nullptr;
+    return static_cast<T*>(team.team_scratch(1).get_shmem(bytes));
+  }
 
   /// The same item on a host space, through the compiled loops of host_kernels.hpp (a team is one
   /// thread there). In the whole phase an item is plan.rows_per_item rows.
-  void host_item(index_t item, index_t r, index_t c, index_t begin, index_t end) const {
+  void host_item(index_t item, index_t r, index_t c, index_t begin, index_t end, T* weights) const {
     using host::RowStep;
     using host::row_step;
     if (phase == RowPhase::whole) {
       const index_t r0 = item * plan.rows_per_item;
       const index_t r1 = r0 + plan.rows_per_item < plan.rows ? r0 + plan.rows_per_item : plan.rows;
       if (r0 >= r1) return;
-      host::RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.cols, stream()};
+      host::RowBlock<T> block{Op,         x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.cols,
+                              stream(), weights};
       if constexpr (Op == RowOp::logsumexp) {
         block.out = y.row(r0);
         block.ldout = y.row_stride();
@@ -174,8 +194,10 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   const std::string label = std::string("kflash::") + row_op_name(Op);
   if (plan.chunks == 1) {
     const index_t items = contiguous ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows;
-    Kokkos::parallel_for(label, row_team_policy(exec, items),
-                         Kernel{x, y, Workspace(), plan, RowPhase::whole, 1, contiguous});
+    auto policy = row_team_policy(exec, items);
+    const std::size_t weights = contiguous ? Kernel::weights_bytes(plan) : 0;
+    if (weights > 0) policy.set_scratch_size(1, Kokkos::PerTeam(weights));
+    Kokkos::parallel_for(label, policy, Kernel{x, y, Workspace(), plan, RowPhase::whole, 1, contiguous});
     return;
   }
   // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp

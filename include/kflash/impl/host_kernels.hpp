@@ -19,6 +19,10 @@ enum class Isa { baseline, avx2, avx512 };
 Isa isa();
 const char* isa_name(Isa);
 
+/// Elements per tile of the row kernels: a tile's maximum is found first, then its weights (its
+/// lanes' plain partial sums stay short).
+constexpr index_t row_tile = 512;
+
 /// Steps of the row kernels over a chunk x[0, n) (and y[0, n)) of a row:
 ///   state:    result = the (m, l) of x, by tiles (the tile's maximum first, then its weights)
 ///   prob:     y = exp(x - a) * b
@@ -87,15 +91,26 @@ struct RowBlock {
   index_t ldout;
   index_t rows, cols;
   bool stream = false;
+  /// Scratch of weights_elements(cols) elements, or null (see buffered_weights_bytes).
+  T* weights = nullptr;
 };
 
 void run(RowBlock<float>& block);
 void run(RowBlock<double>& block);
 
-/// softmax of rows up to this many bytes stores the weights exp(x - max) in y, then rescales them
-/// (one exp per element; x and y stay in the core's cache between the passes). Longer rows
-/// recompute the weights in the write pass (one pass less over memory, one exp more).
+/// softmax computes each weight exp(x - max) once: rows up to this many bytes, in calls without
+/// non-temporal stores, keep their weights in y and rescale them in place (x and y stay in the
+/// core's cache between the passes).
 constexpr index_t stored_weights_bytes = index_t(1) << 19;
+
+/// Other softmax rows of more than one tile, up to this many bytes, keep them in RowBlock::weights
+/// when it has one (softmax.hpp gives every host team one, in its scratch). Longer rows, and rows
+/// without one, compute the weights again in the write pass (one exp more per element).
+constexpr index_t buffered_weights_bytes = index_t(1) << 23;
+
+/// The elements of a row's weights in RowBlock::weights (of cols each): the weights and one
+/// maximum per tile.
+constexpr index_t weights_elements(index_t cols) { return cols + cols / row_tile + 1; }
 
 /// softmax and log_softmax calls whose output has at least this many bytes write their rows of more
 /// than one tile (and the chunks of split rows) in two passes, the second with non-temporal stores:
