@@ -265,7 +265,9 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
     return;
   }
   const auto plan = kflash::impl::plan_rows(exec, rows, cols);
-  const double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
+  double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
+  if (kflash::impl::RowTraits<Exec>::is_host && kind == RowKind::softmax)  // team scratch for the weights
+    extra += double(exec.concurrency()) * double(kflash::impl::host_weights_bytes<T>(kflash::impl::RowOp::softmax, plan));
   set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
 }
 

@@ -174,7 +174,8 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
       "read once) or GFLOP/s (attention 4 B H Nq Nk D, half for causal). of limit: against copy bandwidth\n"
       "(softmax, log_softmax), read bandwidth (logsumexp, decode) or sgemm/dgemm 2048^3 through OpenBLAS with\n"
       "the backend's thread count (attention), all measured above in this run. speed-up: over the fastest\n"
-      "baseline of the same case. extra MiB: kflash workspace (baseline: its score buffer / row statistics).\n");
+      "baseline of the same case. extra MiB: kflash workspace, host softmax's team scratch included (baseline:\n"
+      "its score buffer / row statistics).\n");
 }
 
 std::string cpu_model() {

@@ -27,6 +27,24 @@ inline const char* row_op_name(RowOp op) {
 ///  finish:  merge a row's chunk states, then write one chunk's outputs.
 enum class RowPhase { whole, partial, finish };
 
+/// Whether a call's output is large enough for non-temporal stores (host::stream_bytes).
+template <class T>
+bool host_stream(const RowPlan& p) {
+  return p.rows * p.cols * index_t(sizeof(T)) >= host::stream_bytes;
+}
+
+/// The bytes of team scratch (level 1) in which each host team keeps softmax's weights of whole
+/// rows, where the host kernels take them (host::buffered_weights_bytes); 0 elsewhere.
+template <class T>
+std::size_t host_weights_bytes(RowOp op, const RowPlan& p) {
+  const index_t bytes = p.cols * index_t(sizeof(T));
+  const bool in_place = !host_stream<T>(p) && bytes <= host::stored_weights_bytes;
+  if (op != RowOp::softmax || p.chunks != 1 || p.cols <= host::row_tile || in_place ||
+      bytes > host::buffered_weights_bytes)
+    return 0;
+  return std::size_t(host::weights_elements(p.cols)) * sizeof(T);
+}
+
 template <class ExecSpace, class XRows, class YRows, class Workspace, RowOp Op>
 struct RowKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -97,24 +115,11 @@ struct RowKernel {
     }
   }
 
-  /// Whether the output is large enough for non-temporal stores (host::stream_bytes).
-  static bool stream(const RowPlan& p) { return p.rows * p.cols * index_t(sizeof(T)) >= host::stream_bytes; }
-  bool stream() const { return stream(plan); }
-
-  /// The bytes of team scratch (level 1) in which a host team keeps softmax's weights of whole
-  /// rows, where the host kernels take them (host::buffered_weights_bytes); 0 elsewhere.
-  static std::size_t weights_bytes(const RowPlan& p) {
-    const index_t bytes = p.cols * index_t(sizeof(T));
-    const bool in_place = !stream(p) && bytes <= host::stored_weights_bytes;
-    if (Op != RowOp::softmax || p.chunks != 1 || p.cols <= host::row_tile || in_place ||
-        bytes > host::buffered_weights_bytes)
-      return 0;
-    return std::size_t(host::weights_elements(p.cols)) * sizeof(T);
-  }
+  bool stream() const { return host_stream<T>(plan); }
 
   /// This team's weights, or null.
   T* weights(const member_type& team) const {
-    const std::size_t bytes = weights_bytes(plan);
+    const std::size_t bytes = host_weights_bytes<T>(Op, plan);
     if (bytes == 0) return nullptr;
     return static_cast<T*>(team.team_scratch(1).get_shmem(bytes));
   }
@@ -195,7 +200,7 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   if (plan.chunks == 1) {
     const index_t items = contiguous ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows;
     auto policy = row_team_policy(exec, items);
-    const std::size_t weights = contiguous ? Kernel::weights_bytes(plan) : 0;
+    const std::size_t weights = contiguous ? host_weights_bytes<T>(Op, plan) : 0;
     if (weights > 0) policy.set_scratch_size(1, Kokkos::PerTeam(weights));
     Kokkos::parallel_for(label, policy, Kernel{x, y, Workspace(), plan, RowPhase::whole, 1, contiguous});
     return;
