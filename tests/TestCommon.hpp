@@ -136,16 +136,23 @@ Kokkos::View<T**, L, typename ExecSpace::memory_space> make_matrix(std::size_t r
   } else {
     v = Kokkos::View<T**, L, mem>("m", rows, cols);
   }
-  auto h = Kokkos::create_mirror_view(v);
+  // Through a contiguous View of the same space: Kokkos copies between memory spaces only
+  // contiguous spans, and within a space between any layouts.
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> packed("packed", rows, cols);
+  auto h = Kokkos::create_mirror_view(packed);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) h(r, c) = host_row_major[r * cols + c];
-  Kokkos::deep_copy(v, h);
+  Kokkos::deep_copy(packed, h);
+  Kokkos::deep_copy(v, packed);
   return v;
 }
 
 template <class V>
 std::vector<typename V::non_const_value_type> to_host_row_major(const V& v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  Kokkos::View<typename V::non_const_value_type**, Kokkos::LayoutRight, typename V::memory_space> packed(
+      "packed", v.extent(0), v.extent(1));
+  Kokkos::deep_copy(packed, v);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), packed);
   std::vector<typename V::non_const_value_type> out(v.extent(0) * v.extent(1));
   for (std::size_t r = 0; r < v.extent(0); ++r)
     for (std::size_t c = 0; c < v.extent(1); ++c) out[r * v.extent(1) + c] = h(r, c);
