@@ -6,6 +6,10 @@
 #   bash cmake/kflash-dev.sh test [args]   build, then run every test (ctest [args])
 #   bash cmake/kflash-dev.sh cuda [args]   CUDA lane: build everything for Kokkos::Cuda in build-cuda/,
 #                                          then ctest [args] (CUDA tests are skipped without a GPU)
+#   bash cmake/kflash-dev.sh bundle        CUDA lane's test and benchmark executables with the shared
+#                                          libraries they need beyond the C and C++ runtimes, in
+#                                          <CUDA build dir>/bundle/, to run on a machine that has a GPU
+#                                          (bundle/run-gpu-checks.sh [kflash-bench args])
 #   bash cmake/kflash-dev.sh deps          only set up the dependencies
 #   bash cmake/kflash-dev.sh build         only set up and build
 #
@@ -16,6 +20,8 @@
 #                      (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kflash)
 #   KFLASH_BUILD_DIR   the build directory (default: build/ in the source tree)
 #   KFLASH_JOBS        parallel build jobs (default: nproc)
+#   KFLASH_CUDA_ARCH   the CUDA lane's GPU: ampere80 (default; build-cuda/) or hopper90 (H100, H200;
+#                      build-cuda-hopper90/)
 set -euo pipefail
 
 src_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,8 +32,17 @@ jobs=${KFLASH_JOBS:-$(nproc)}
 kokkos_tag=kokkos-3.4.01-serial-openmp-r1
 kokkos_prefix=$cache_dir/$kokkos_tag
 kokkos_src=$cache_dir/kokkos-3.4.01-src
-cuda_prefix=$cache_dir/kokkos-3.4.01-cuda-ampere80-r1
-cuda_build_dir=${KFLASH_CUDA_BUILD_DIR:-$src_dir/build-cuda}
+# The CUDA lane's GPU architecture: ampere80 (compute_80 code, CI's default) or hopper90 (sm_90, for
+# running on an H100/H200: Kokkos 3.4 refuses to start when the compiled major compute capability
+# differs from the device's, so PTX for 8.0 cannot run on a 9.0 device through it).
+cuda_arch=${KFLASH_CUDA_ARCH:-ampere80}
+case "$cuda_arch" in
+  ampere80) cuda_build_default=$src_dir/build-cuda ;;
+  hopper90) cuda_build_default=$src_dir/build-cuda-hopper90 ;;
+  *) printf '[kflash-dev] error: KFLASH_CUDA_ARCH must be ampere80 or hopper90\n' >&2; exit 1 ;;
+esac
+cuda_prefix=$cache_dir/kokkos-3.4.01-cuda-$cuda_arch-r1
+cuda_build_dir=${KFLASH_CUDA_BUILD_DIR:-$cuda_build_default}
 
 say() { printf '[kflash-dev] %s\n' "$*"; }
 die() { printf '[kflash-dev] error: %s\n' "$*" >&2; exit 1; }
@@ -91,15 +106,17 @@ fetch_kokkos_source() {
   rm -rf "$work"
 }
 
-# build_kokkos PREFIX [cmake options...]: Kokkos 3.4.01 and Kokkos Kernels (default ETI off).
+# build_kokkos PREFIX [cmake options...]: Kokkos 3.4.01 (from $kokkos_build_src, default the
+# unpacked source) and Kokkos Kernels (default ETI off).
 build_kokkos() {
   local prefix=$1; shift
   fetch_kokkos_source
+  local ksrc=${kokkos_build_src:-$kokkos_src/kokkos}
   local work=$cache_dir/build-$(basename "$prefix") log
   rm -rf "$work" && mkdir -p "$work"
   log=$work/build.log
   say "  building Kokkos into $prefix (log: $log)"
-  quietly "$log" cmake -S "$kokkos_src/kokkos" -B "$work/kokkos" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  quietly "$log" cmake -S "$ksrc" -B "$work/kokkos" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@"
   quietly "$log" cmake --build "$work/kokkos" -j "$jobs"
   quietly "$log" cmake --install "$work/kokkos"
@@ -171,10 +188,24 @@ setup_cuda_kokkos() {
   fi
   setup_cuda_toolkit
   if [ -z "$(probe_kokkos "$cuda_prefix" Cuda)" ]; then
-    say "building Kokkos 3.4.01 with Cuda (Ampere80, CUDA 11.8, g++-11) + OpenMP + Serial"
+    say "building Kokkos 3.4.01 with Cuda ($cuda_arch, CUDA 11.8, g++-11) + OpenMP + Serial"
+    local arch_options=(-DCMAKE_CXX_FLAGS=-arch=sm_80 -DKokkos_ARCH_AMPERE80=ON)
+    if [ "$cuda_arch" = hopper90 ]; then
+      # Kokkos 3.4 predates Hopper: a copy of its source whose AMPERE86 option compiles for sm_90
+      # (CUDA 11.8 knows sm_90); the Ampere tuning macros it defines suit Hopper as well.
+      fetch_kokkos_source
+      kokkos_build_src=$cache_dir/kokkos-3.4.01-src-hopper90
+      rm -rf "$kokkos_build_src" && cp -r "$kokkos_src/kokkos" "$kokkos_build_src"
+      sed -i 's/CHECK_CUDA_ARCH(AMPERE86  sm_86)/CHECK_CUDA_ARCH(AMPERE86  sm_90)/' \
+          "$kokkos_build_src/cmake/kokkos_arch.cmake"
+      grep -q 'CHECK_CUDA_ARCH(AMPERE86  sm_90)' "$kokkos_build_src/cmake/kokkos_arch.cmake" ||
+        die "could not map Kokkos 3.4's AMPERE86 option to sm_90"
+      arch_options=(-DCMAKE_CXX_FLAGS=-arch=sm_90 -DKokkos_ARCH_AMPERE86=ON)
+    fi
     build_kokkos "$cuda_prefix" -DCMAKE_CXX_COMPILER="$kokkos_src/kokkos/bin/nvcc_wrapper" \
-        -DCMAKE_CXX_FLAGS=-arch=sm_80 -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
-        -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
+        "${arch_options[@]}" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
+        -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON
+    kokkos_build_src=
   fi
   say "using Kokkos 3.4.01 with Cuda from the cache $cuda_prefix"
   cuda_kokkos_root=$cuda_prefix
@@ -190,7 +221,7 @@ build_cuda() {
         -DCMAKE_CXX_COMPILER="$cuda_kokkos_root/bin/nvcc_wrapper" -DKokkos_ROOT="$cuda_kokkos_root" \
         -DKokkosKernels_ROOT="$cuda_kokkos_root" -DKFLASH_CUDA_DEVICE_WERROR=ON \
         -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON >/dev/null
-  cmake --build "$cuda_build_dir" -j "$jobs"
+  cmake --build "$cuda_build_dir" -j "$jobs" ${1:+--target "$@"}
 }
 
 # --- 4. Build -----------------------------------------------------------------------------------
@@ -203,10 +234,26 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+# Copies the CUDA executables and their non-system shared libraries into <CUDA build dir>/bundle/.
+bundle_cuda() {
+  local dir=$cuda_build_dir/bundle lib
+  rm -rf "$dir" && mkdir -p "$dir/lib"
+  cp "$cuda_build_dir/tests/kflash_test_cuda" "$cuda_build_dir/perf/kflash-bench" "$src_dir/tests/run-gpu-checks.sh" "$dir/"
+  for lib in $(ldd "$dir/kflash_test_cuda" "$dir/kflash-bench" | awk '/=> \//{print $3}' | sort -u); do
+    case $(basename "$lib") in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*) ;;
+      *) cp -L "$lib" "$dir/lib/" ;;
+    esac
+  done
+  say "bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: bash $dir/run-gpu-checks.sh"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   deps)  setup_deps ;;
+  bundle) build_cuda kflash_test_cuda kflash-bench
+          bundle_cuda ;;
   build) build ;;
   main)  build
          "$build_dir/perf/kflash-bench" --out "$build_dir/bench" "$@" ;;
