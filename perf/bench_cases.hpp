@@ -36,21 +36,29 @@ inline Shared& shared() {
   return s;
 }
 
-/// Times f between fences for every iteration; returns seconds per iteration.
+/// Times f between fences for every iteration; returns seconds per call. On devices, where a fence
+/// costs tens of microseconds, an iteration makes enough calls of f to last about a millisecond
+/// (as many as the warm-up call says) and counts their mean.
 template <class Exec, class F>
 double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
+  exec.fence();
+  const auto w0 = std::chrono::steady_clock::now();
   f();  // warm-up: first touch of outputs, workspaces
   exec.fence();
+  const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  int calls = 1;
+  if (!kflash::impl::RowTraits<Exec>::is_host && warm < 1e-3) calls = warm > 1e-5 ? int(1e-3 / warm) + 1 : 100;
   double total = 0;
   for (auto _ : state) {
     exec.fence();
     const auto t0 = std::chrono::steady_clock::now();
-    f();
+    for (int c = 0; c < calls; ++c) f();
     exec.fence();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
     state.SetIterationTime(s);
     total += s;
   }
+  state.counters["calls_per_fence"] = calls;
   return state.iterations() > 0 ? total / double(state.iterations()) : 0;
 }
 
@@ -113,42 +121,75 @@ inline void gemm(bool trans_b, int m, int n, int k, double alpha, const double* 
 
 // --- Machine limits ----------------------------------------------------------------------------
 
-/// STREAM-like kernels over arrays of 2^25 doubles (256 MiB each, far beyond the last-level cache).
+/// STREAM-like kernels over arrays of 2^25 doubles on hosts (256 MiB each, far beyond the last-level
+/// cache) and 2^27 on devices (1 GiB each).
 template <class Exec>
 void limit_bandwidth(benchmark::State& state, const std::string& backend, int kind) {
   using mem = typename Exec::memory_space;
-  const index_t n = index_t(1) << 25;
+  const index_t n = index_t(1) << (kflash::impl::RowTraits<Exec>::is_host ? 25 : 27);
   const Exec exec;
   Kokkos::View<double*, mem> a("a", n), b("b", n), c("c", n);
   Kokkos::deep_copy(a, 1.0);
   Kokkos::deep_copy(b, 2.0);
   Kokkos::deep_copy(c, 3.0);
   double sink = 0;
+  // Devices: each thread takes `ways` elements n / ways apart, so that every warp access stays
+  // coalesced and each thread has several independent loads in flight.
+  constexpr index_t ways = kflash::impl::RowTraits<Exec>::is_host ? 1 : 4;
+  const index_t part = n / ways;
   const double s = run_timed(state, exec, [&] {
     if (kind == 0) {
       // On the host, one dependent add per element would make this a measure of the add latency
       // (about half the bandwidth on the 2-core Xeon): each step sums a group in 4 independent chains.
-      constexpr index_t group = kflash::impl::RowTraits<Exec>::is_host ? 16 : 1;
+      constexpr index_t group = kflash::impl::RowTraits<Exec>::is_host ? 16 : ways;
       Kokkos::parallel_reduce(
           "bench::read", Kokkos::RangePolicy<Exec>(exec, 0, n / group),
           KOKKOS_LAMBDA(index_t g, double& acc) {
-            double part[4] = {0, 0, 0, 0};
-            for (index_t j = 0; j < group; ++j) part[j % 4] += a(g * group + j);
-            acc += (part[0] + part[1]) + (part[2] + part[3]);
+            double sum[4] = {0, 0, 0, 0};
+            for (index_t j = 0; j < group; ++j) sum[j % 4] += ways == 1 ? a(g * group + j) : a(g + j * part);
+            acc += (sum[0] + sum[1]) + (sum[2] + sum[3]);
           },
           sink);
     } else if (kind == 1) {
-      Kokkos::parallel_for("bench::copy", Kokkos::RangePolicy<Exec>(exec, 0, n),
-                           KOKKOS_LAMBDA(index_t i) { b(i) = a(i); });
+      Kokkos::parallel_for("bench::copy", Kokkos::RangePolicy<Exec>(exec, 0, part), KOKKOS_LAMBDA(index_t i) {
+        for (index_t j = 0; j < ways; ++j) b(i + j * part) = a(i + j * part);
+      });
     } else {
-      Kokkos::parallel_for("bench::triad", Kokkos::RangePolicy<Exec>(exec, 0, n),
-                           KOKKOS_LAMBDA(index_t i) { a(i) = b(i) + 3.0 * c(i); });
+      Kokkos::parallel_for("bench::triad", Kokkos::RangePolicy<Exec>(exec, 0, part), KOKKOS_LAMBDA(index_t i) {
+        for (index_t j = 0; j < ways; ++j) a(i + j * part) = b(i + j * part) + 3.0 * c(i + j * part);
+      });
     }
   });
   const double bytes = double(n) * sizeof(double) * (kind == 0 ? 1 : kind == 1 ? 2 : 3);
   set_rate(state, bytes, "GB/s");
   shared().limit[backend + (kind == 0 ? "/read_bw" : kind == 1 ? "/copy_bw" : "/triad_bw")] = bytes / s;
   benchmark::DoNotOptimize(sink);
+}
+
+/// Arithmetic limit of a device: every thread runs `chains` independent multiply-add chains in
+/// registers, no memory traffic but one store per thread at the end. FLOP = 2 per multiply-add.
+template <class Exec, class T>
+void limit_fma(benchmark::State& state, const std::string& backend) {
+  constexpr int chains = 8;
+  const index_t threads = index_t(Exec().concurrency()) * 8;
+  const int iterations = 4096;
+  const Exec exec;
+  Kokkos::View<T*, typename Exec::memory_space> out("out", threads);
+  const double s = run_timed(state, exec, [&] {
+    Kokkos::parallel_for("bench::fma", Kokkos::RangePolicy<Exec>(exec, 0, threads), KOKKOS_LAMBDA(index_t i) {
+      T a[chains];
+      for (int c = 0; c < chains; ++c) a[c] = T(i % 7) * T(0.001) + T(c);
+      const T mul = T(0.999999), add = T(1e-7) * T(i % 3);
+      for (int it = 0; it < iterations; ++it)
+        for (int c = 0; c < chains; ++c) a[c] = a[c] * mul + add;
+      T sum = 0;
+      for (int c = 0; c < chains; ++c) sum += a[c];
+      out(i) = sum;
+    });
+  });
+  const double flops = 2.0 * double(threads) * chains * iterations;
+  set_rate(state, flops, "GFLOP/s");
+  shared().limit[backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")] = flops / s;
 }
 
 #if KFLASH_BENCH_HAS_CBLAS
@@ -264,7 +305,7 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
     record_baseline(key, s, 2.0 * rows * sizeof(T));  // the row maxima and sums
     return;
   }
-  const auto plan = kflash::impl::plan_rows(exec, rows, cols);
+  const auto plan = kflash::impl::plan_rows<T>(exec, rows, cols);
   double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
   if (kflash::impl::RowTraits<Exec>::is_host && kind == RowKind::softmax)  // team scratch for the weights
     extra += double(exec.concurrency()) * double(kflash::impl::host_weights_bytes<T>(kflash::impl::RowOp::softmax, plan));
@@ -331,9 +372,15 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   }
   kflash::impl::AttentionPlan p;
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D, p.causal = c.causal;
-  p = kflash::impl::plan_attention(exec, p, opt);
+  p = kflash::impl::plan_attention<T>(exec, p, opt);
   const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
-  const std::string limit = backend + (c.decode ? "/read_bw" : sizeof(T) == 4 ? "/sgemm" : "/dgemm");
+  // Host attention is held against the BLAS GEMM of the same threads, device attention against
+  // the device's multiply-add limit.
+  const bool host = kflash::impl::RowTraits<Exec>::is_host;
+  const std::string limit = backend + (c.decode              ? "/read_bw"
+                                       : !host               ? (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")
+                                       : sizeof(T) == 4      ? "/sgemm"
+                                                             : "/dgemm");
   set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
 }
 

@@ -57,6 +57,10 @@ void register_backend(Registry& reg) {
   const char* bw[] = {"read_bw", "copy_bw", "triad_bw"};
   for (int kind = 0; kind < 3; ++kind)
     reg.add(be + "/limits/" + bw[kind], [=](benchmark::State& s) { limit_bandwidth<Exec>(s, be, kind); }, true);
+  if (!host) {
+    reg.add(be + "/limits/fma_fp32", [=](benchmark::State& s) { limit_fma<Exec, float>(s, be); }, true);
+    reg.add(be + "/limits/fma_fp64", [=](benchmark::State& s) { limit_fma<Exec, double>(s, be); }, true);
+  }
 #if KFLASH_BENCH_HAS_CBLAS
   if (host) {
     reg.add(be + "/limits/sgemm_2048", [=](benchmark::State& s) { limit_gemm<float>(s, be, threads); }, true);
@@ -73,6 +77,9 @@ void register_backend(Registry& reg) {
     const std::string base = be + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                              std::to_string(sh.first) + "x" + std::to_string(sh.second);
     for (int variant : {3, 2, 0}) {
+      // The baselines run a team per row: on a device, a few long rows leave it nearly idle for
+      // seconds per call, so they are measured from 1024 rows up only.
+      if (variant != 0 && !host && sh.first < 1024) continue;
       reg.add(base + (variant == 3 ? "/baseline_3pass" : variant == 2 ? "/baseline_2pass" : "/kflash"),
               [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, variant); });
     }
@@ -172,10 +179,10 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
   std::printf(
       "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
       "read once) or GFLOP/s (attention 4 B H Nq Nk D, half for causal). of limit: against copy bandwidth\n"
-      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or sgemm/dgemm 2048^3 through OpenBLAS with\n"
-      "the backend's thread count (attention), all measured above in this run. speed-up: over the fastest\n"
-      "baseline of the same case. extra MiB: kflash workspace, host softmax's team scratch included (baseline:\n"
-      "its score buffer / row statistics).\n");
+      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, sgemm/dgemm 2048^3\n"
+      "through OpenBLAS with the backend's thread count (host) or the multiply-add limit (devices), all\n"
+      "measured above in this run. speed-up: over the fastest baseline of the same case. extra MiB: kflash\n"
+      "workspace, host softmax's team scratch included (baseline: its score buffer / row statistics).\n");
 }
 
 std::string cpu_model() {
@@ -196,9 +203,10 @@ int compare(const std::string& a_path, const std::string& b_path) {
       if (b.value("run_type", "iteration") != "iteration") continue;
       const std::string unit = b.value("time_unit", "ns");
       const double scale = unit == "ns" ? 1e-6 : unit == "us" ? 1e-3 : unit == "ms" ? 1 : 1e3;
-      // Names as registered: without Google Benchmark's /min_time:... and /manual_time suffixes.
+      // Names as registered: without Google Benchmark's /min_time:..., /iterations:... and
+      // /manual_time suffixes.
       const std::string name = std::regex_replace(b.at("name").get<std::string>(),
-                                                  std::regex("/min_time:[^/]*|/manual_time"), "");
+                                                  std::regex("/min_time:[^/]*|/iterations:[^/]*|/manual_time"), "");
       times[name] = b.at("real_time").get<double>() * scale;
     }
     return times;
@@ -302,8 +310,14 @@ int main(int argc, char* argv[]) {
                  KFLASH_BACKENDS);
     return 2;
   }
-  for (auto& [name, f] : reg.entries)
-    benchmark::RegisterBenchmark(name.c_str(), f)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+  for (auto& [name, f] : reg.entries) {
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), f)->UseManualTime()->Unit(benchmark::kMillisecond);
+    // Google Benchmark calls a body again with more iterations until MinTime is reached, and each
+    // call fills its inputs again: device cases (about a millisecond an iteration, see run_timed)
+    // run a fixed count instead.
+    if (name.rfind("Cuda/", 0) == 0) b->Iterations(20);
+    else b->MinTime(0.2);
+  }
 
   // Context recorded in the JSON.
   benchmark::AddCustomContext("kflash_version", KFLASH_VERSION_STRING);
@@ -314,6 +328,20 @@ int main(int argc, char* argv[]) {
   benchmark::AddCustomContext("openmp_threads", std::to_string(Kokkos::OpenMP().concurrency()));
 #endif
   benchmark::AddCustomContext("host_blas", KFLASH_BENCH_HAS_CBLAS ? "OpenBLAS (CBLAS)" : "none");
+#if KFLASH_HAS_CUDA
+  {
+    cudaDeviceProp prop;
+    int driver = 0, device = 0;
+    cudaGetDevice(&device);
+    cudaGetDeviceProperties(&prop, device);
+    cudaDriverGetVersion(&driver);
+    const std::string gpu = std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) +
+                            " SMs, compute capability " + std::to_string(prop.major) + "." +
+                            std::to_string(prop.minor) + ", CUDA driver API " + std::to_string(driver);
+    benchmark::AddCustomContext("cuda_device", gpu);
+    std::printf("CUDA device: %s\n", gpu.c_str());
+  }
+#endif
 
   std::vector<std::string> bench_args = {argv[0]};
   if (!opt.out.empty()) {

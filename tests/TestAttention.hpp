@@ -179,18 +179,27 @@ void expect_attention_matches(const AttnRef& ref, const std::vector<ld>& o, cons
   }
 }
 
-/// Runs kflash::attention on the data and checks it; returns (o, lse) flattened.
-template <class T>
+/// Calls kflash::attention with the schedule its traits choose.
+struct LibraryAttention {
+  template <class Q, class K, class V, class O, class L>
+  void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
+                  const L& lse) const {
+    kflash::attention(AExec(), q, k, v, o, opt, lse);
+  }
+};
+
+/// Runs attention (by default kflash::attention) on the data and checks it; returns (o, lse) flattened.
+template <class T, class Runner = LibraryAttention>
 std::pair<std::vector<ld>, std::vector<ld>> run_attention(const AttnData<T>& a,
                                                           const kflash::AttentionOptions& opt, bool bnhd,
-                                                          const std::string& what) {
+                                                          const std::string& what, const Runner& run = {}) {
   const AttnShape& s = a.s;
   auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, bnhd, a.q);
   auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, bnhd, a.k);
   auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, bnhd, a.v);
   auto o = make_tensor<T>(s.B, s.Hq, s.Nq, s.Dv, bnhd, std::vector<T>(s.B * s.Hq * s.Nq * s.Dv, T(9)));
   Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
-  kflash::attention(AExec(), q.view, k.view, v.view, o.view, opt, lse);
+  run(q.view, k.view, v.view, o.view, opt, lse);
   auto result = std::make_pair(flatten4(o.view), flatten3(lse));
   const ld scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(ld(s.D));
   const AttnRef ref = reference_attention(a, scale);
@@ -291,6 +300,69 @@ TYPED_TEST(AttentionTest, SchedulesAgree) {
         ASSERT_LE(std::fabs(base.first[i] - other.first[i]), 64 * eps<T>) << "splits " << splits;
     }
   }
+}
+
+/// Calls the team schedule (the device schedule) with a given shape on TEST_EXECSPACE, whatever
+/// the traits choose there: on host spaces its teams are OpenMP teams of one or two threads.
+template <class Shape>
+struct TeamScheduleAttention {
+  template <class Q, class K, class V, class O, class L>
+  void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
+                  const L& lse) const {
+    kflash::impl::attention_with_shape<Shape>(AExec(), q, k, v, o, opt, lse);
+  }
+};
+
+template <class T, class Shape>
+void team_schedule_cases() {
+  const std::string name = "team schedule " + std::to_string(Shape::BQ) + "x" + std::to_string(Shape::BK) +
+                           " team " + std::to_string(Shape::team_size);
+  const TeamScheduleAttention<Shape> team;
+  unsigned seed = 100;
+  // Blocks and tiles not filled (Nq, Nk not multiples of BQ, BK), rows of several heads in a block
+  // (GQA), Dv below the shape's width, head dimensions from 1, rows that see no key (causal, Nq > Nk).
+  for (AttnShape s : {AttnShape{1, 2, 1, 19, 45, 16, 16}, AttnShape{2, 6, 2, 13, 70, 3, 5},
+                      AttnShape{1, 1, 1, 1, 1, 1, 1}, AttnShape{1, 2, 2, 8, 8, 40, 16}}) {
+    run_attention<T>(make_attn_data<T>(s, seed++), {}, false, name, team);
+    if (::testing::Test::HasFailure()) return;
+  }
+  kflash::AttentionOptions opt;
+  opt.causal = true;
+  for (AttnShape s : {AttnShape{1, 2, 1, 33, 33, 8, 8, true}, AttnShape{1, 2, 1, 30, 11, 16, 12, true},
+                      AttnShape{2, 4, 1, 9, 100, 16, 16, true}}) {
+    run_attention<T>(make_attn_data<T>(s, seed++), opt, s.B == 2, name + " causal", team);
+    if (::testing::Test::HasFailure()) return;
+  }
+  opt.schedule = kflash::AttentionSchedule::split_kv;
+  opt.num_splits = 3;
+  run_attention<T>(make_attn_data<T>({1, 2, 1, 5, 61, 16, 16, true}, seed++), opt, false, name + " split_kv", team);
+  run_attention<T>(make_attn_data<T>({1, 2, 1, 23, 57, 16, 16}, seed++, 30.0), {}, false, name + " large scores",
+                   team);
+}
+
+TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
+  // The device schedule's barriers, scratch reuse across tiles and cross-thread row maxima, with
+  // 8 register blocks of 2 x 4 scores on teams of 2 threads (or 1 where the space has one thread):
+  // on host spaces this runs the code that runs on GPUs.
+  using T = TypeParam;
+  using kflash::impl::TeamAttentionShape;
+  if (AExec().concurrency() >= 2) {
+    team_schedule_cases<T, TeamAttentionShape<T, 8, 8, 2, 4, 16, kflash::impl::RowTraits<AExec>::is_host ? 4 : 1>>();
+  } else {
+    team_schedule_cases<T, TeamAttentionShape<T, 8, 8, 2, 4, 16, 8>>();
+  }
+  // The traits' own shapes, whatever space this is.
+  using traits = kflash::impl::AttentionTraits<AExec>;
+  if (!traits::is_host) {
+    team_schedule_cases<T, typename traits::template team_shape<T, 64, false>>();
+    team_schedule_cases<T, typename traits::template team_shape<T, 128, false>>();
+    team_schedule_cases<T, typename traits::template team_shape<T, 64, true>>();
+    team_schedule_cases<T, typename traits::template team_shape<T, 128, true>>();
+  }
+  using Shape = TeamAttentionShape<T, 8, 8, 2, 4, 16, 8>;
+  const AttnShape wide{1, 1, 1, 4, 4, 8, 17};
+  expect_invalid([&] { run_attention<T>(make_attn_data<T>(wide, 1), {}, false, "", TeamScheduleAttention<Shape>()); },
+                 {"Dv = 17", "16"});
 }
 
 TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {

@@ -163,6 +163,90 @@ TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
   }
 }
 
+/// Traits of the device row schedules for a test: rows up to 8 elements over the lanes of a thread
+/// (TeamSize rows a team), longer ones over a team of at most TeamSize threads.
+template <int TeamSize>
+struct SmallTeamRowTraits {
+  static constexpr kflash::impl::index_t lane_cols = 8;
+  static constexpr int lane_team_size = TeamSize;
+  static constexpr int vector_length = 1;
+  static constexpr int min_team_size = 1;
+  static constexpr int team_multiple = 1;
+  static constexpr int max_team_size = 1024;
+};
+
+/// Runs the three row operations through the device row schedules with Traits and Regs registers
+/// per thread, and checks them like check_matrix.
+template <class T, class Traits, int Regs>
+void check_team_rows(std::size_t rows, std::size_t cols, const std::vector<T>& host, const std::string& what,
+                     std::size_t chunk_len = 0) {
+  using kflash::impl::RowOp;
+  using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, Mem>;
+  using XRows = kflash::impl::Rows<Matrix>;
+  const std::string where = what + " " + std::to_string(rows) + "x" + std::to_string(cols);
+  const Matrix x = make_matrix<T, Kokkos::LayoutRight, Exec>(rows, cols, host);
+  kflash::impl::RowPlan plan;
+  plan.rows = rows;
+  plan.cols = cols;
+  plan.chunk_len = chunk_len > 0 ? chunk_len : cols;
+  plan.chunks = (cols + plan.chunk_len - 1) / plan.chunk_len;
+  for (bool log_space : {false, true}) {
+    const Matrix y = make_matrix<T, Kokkos::LayoutRight, Exec>(rows, cols, std::vector<T>(rows * cols, T(7)));
+    const bool ran =
+        log_space ? kflash::impl::run_team_rows<RowOp::log_softmax, Traits, Regs>(Exec(), XRows{x}, XRows{y}, plan, "t")
+                  : kflash::impl::run_team_rows<RowOp::softmax, Traits, Regs>(Exec(), XRows{x}, XRows{y}, plan, "t");
+    ASSERT_TRUE(ran) << where;
+    const auto out = to_host_row_major(y);
+    for (std::size_t r = 0; r < rows; ++r) {
+      expect_row_matches(reference_row(host.data() + r * cols, cols), host.data() + r * cols, out.data() + r * cols,
+                         cols, log_space, where + (log_space ? " log_softmax" : " softmax") + " row " + std::to_string(r));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  Kokkos::View<T*, Mem> lse("lse", rows);
+  using Lse = kflash::impl::LseOut<Kokkos::View<T*, Mem>>;
+  ASSERT_TRUE((kflash::impl::run_team_rows<RowOp::logsumexp, Traits, Regs>(Exec(), XRows{x}, Lse{lse}, plan, "t")));
+  const auto got = to_host(lse);
+  for (std::size_t r = 0; r < rows; ++r)
+    expect_lse_matches(reference_row(host.data() + r * cols, cols), got[r], 8 * eps<T>,
+                       where + " logsumexp row " + std::to_string(r));
+}
+
+TYPED_TEST(SoftmaxTest, DeviceRowSchedulesOnAnyTeams) {
+  // The device row schedules (lanes per short row, a team per longer row with the row in
+  // registers) on this space's teams, with small tiers: on host spaces, teams of 2 threads (1 where
+  // the space has one), so the team reductions, the staging scratch and rows that fill neither a
+  // team nor a lane group run without a GPU. Normal and adversarial rows.
+  using T = TypeParam;
+  constexpr int regs = 16;
+  auto run = [&](auto traits) {
+    using Traits = decltype(traits);
+    const std::size_t capacity = std::size_t(regs) * std::size_t(Exec().concurrency() >= 2 ? 2 : 1);
+    unsigned seed = 300;
+    for (std::size_t cols : {std::size_t(1), std::size_t(3), std::size_t(8), std::size_t(9), std::size_t(16),
+                             std::size_t(17), capacity - 1, capacity}) {
+      if (cols > capacity) continue;  // a one-thread team holds 16 elements
+      check_team_rows<T, Traits, regs>(7, cols, normal_values<T>(7 * cols, seed++, 4.0), "team rows normal");
+      if (::testing::Test::HasFatalFailure()) return;
+      const auto rows = adversarial_rows<T>(cols);
+      std::vector<T> flat;
+      for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+      check_team_rows<T, Traits, regs>(rows.size(), cols, flat, "team rows adversarial");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    // Rows split into chunks of one team each (the last one short), merged through the workspace.
+    for (std::size_t cols : {capacity + 1, 3 * capacity - 5}) {
+      const auto rows = adversarial_rows<T>(cols);
+      std::vector<T> flat;
+      for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+      check_team_rows<T, Traits, regs>(rows.size(), cols, flat, "team rows split", capacity);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  };
+  if (Exec().concurrency() >= 2) run(SmallTeamRowTraits<2>());
+  else run(SmallTeamRowTraits<1>());
+}
+
 TYPED_TEST(SoftmaxTest, VectorLengths) {
   using T = TypeParam;
   for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(1000),

@@ -6,6 +6,7 @@
 #include <kflash/impl/errors.hpp>
 #include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
+#include <kflash/impl/team_attention.hpp>
 #include <kflash/impl/workspace.hpp>
 
 #include <cmath>
@@ -39,12 +40,15 @@ namespace impl {
 /// Schedule parameters of the attention kernels for one execution space. A block is block_q query
 /// rows of the query heads that share one K/V head (GQA: the group's Hq / Hk heads' rows one after
 /// the other, so each K/V tile is read once for all of them); K/V tiles of block_k keys go through
-/// team scratch memory. Devices: one thread per row. Hosts: a one-thread team hands each tile to the
-/// compiled tile kernel of host_kernels.hpp (register-blocked products, K staged transposed).
+/// team scratch memory. Hosts: a one-thread team hands each tile to the compiled tile kernel of
+/// host_kernels.hpp (register-blocked products, K staged transposed). Devices: the team schedule of
+/// team_attention.hpp with team_shape<T, 64, narrow> for Dv <= 64 and team_shape<T, 128, narrow>
+/// for Dv <= 128, narrow (blocks of 8 rows) where a K/V head has at most 8 query rows (decoding);
+/// larger Dv one thread per row, block_q rows a team.
 template <class ExecSpace>
 struct AttentionTraits {
   static constexpr bool is_host = RowTraits<ExecSpace>::is_host;
-  static constexpr index_t block_q = is_host ? 32 : 32;
+  static constexpr index_t block_q = 32;
   static constexpr index_t block_k = is_host ? 64 : 32;
   /// Keys per split are at least this many when the keys are split automatically.
   static constexpr index_t min_split_keys = is_host ? 4096 : 1024;
@@ -52,38 +56,40 @@ struct AttentionTraits {
   static constexpr index_t items_per_thread = 4;
   static_assert(!is_host || block_k % host::attention_pad == 0,
                 "kflash: the host tile kernel needs block_k to be a multiple of host::attention_pad");
+  /// Team shapes by value type and output width (TeamAttentionShape<T, BQ, BK, TM, TN, DV>): the
+  /// tiles of one team fit the 40 KiB of level-0 scratch Kokkos gives a CUDA team at D = DV.
+  template <class T, int DV, bool Narrow>
+  using team_shape = std::conditional_t<
+      sizeof(T) == 4,
+      std::conditional_t<Narrow,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 32, 1, 4, 64>,
+                                            TeamAttentionShape<T, 8, 16, 1, 2, 128>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 32, 32, 4, 8, 64>,
+                                            TeamAttentionShape<T, 32, 16, 4, 4, 128>>>,
+      std::conditional_t<Narrow,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 2, 64>,
+                                            TeamAttentionShape<T, 8, 8, 1, 1, 128>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 16, 2, 4, 64>,
+                                            TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
 };
 
-struct AttentionPlan {
-  index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;
-  bool causal = false;
-  index_t group = 1;       // query heads per K/V head
-  index_t bq = 0, bk = 0;  // rows per block, keys per tile
-  index_t nqb = 0;         // blocks per K/V head: group * Nq rows
-  index_t dvp = 0;         // host: Dv padded for the tile kernel
-  index_t nsplits = 1, split_len = 0;
-};
-
-/// One team computes a block of query rows against one range of keys. With Partial, it writes the
-/// normalised partial output and lse of its key split to o(split, ...) and lse(split, ...), in the
-/// format merge_attention() takes; otherwise the final o and lse.
+/// One team computes a block of query rows against one range of keys: on host spaces through the
+/// compiled tile kernel, elsewhere (head dimensions beyond the team schedule's) one thread per row.
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct AttentionKernel {
-  using T = typename OV::non_const_value_type;
+struct AttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T;
+  using typename Base::Row;
+  using Base::p;
+  using Base::q;
+  using Base::k;
+  using Base::v;
+  using Base::scale;
+  using Base::row_of;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_space = typename ExecSpace::scratch_memory_space;
   using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
   using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
-
-  QV q;
-  KV k;
-  VV v;
-  OV o;
-  LV lse;
-  bool has_lse;
-  AttentionPlan p;
-  T scale;
-  int scratch_level;
 
   using Valid = Kokkos::View<index_t*, scratch_space, Kokkos::MemoryUnmanaged>;
   static constexpr bool is_host = AttentionTraits<ExecSpace>::is_host;
@@ -98,57 +104,28 @@ struct AttentionKernel {
            Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.Dv) + States::shmem_size(p.bq);
   }
 
-  /// Query head and row of a block's row: row rho of K/V head hk is query row rho % Nq of head
-  /// hk * group + rho / Nq.
-  struct Row {
-    index_t h, i;
-  };
-  KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t rho) const {
-    return Row{hk * p.group + rho / p.Nq, rho % p.Nq};
-  }
-
-  KOKKOS_INLINE_FUNCTION void store(index_t split, index_t b, Row row, const T* o_row, const SoftmaxState<T>& st) const {
+  KOKKOS_INLINE_FUNCTION void store(const typename Base::Block& w, Row row, const T* o_row,
+                                    const SoftmaxState<T>& st) const {
     const T inv_sum = SoftmaxNormalizer<T>(st).inv_sum;
-    for (index_t d = 0; d < p.Dv; ++d) {
-      if constexpr (Partial) o(split, b, row.h, row.i, d) = o_row[d] * inv_sum;
-      else o(b, row.h, row.i, d) = o_row[d] * inv_sum;
-    }
-    if (has_lse) {
-      if constexpr (Partial) lse(split, b, row.h, row.i) = st.logsumexp();
-      else lse(b, row.h, row.i) = st.logsumexp();
-    }
+    for (index_t d = 0; d < p.Dv; ++d) this->out(w, row, d) = o_row[d] * inv_sum;
+    this->store_lse(w, row, st);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    index_t item = team.league_rank();
-    const index_t split = item % p.nsplits;
-    item /= p.nsplits;
-    const index_t qb = item % p.nqb;
-    item /= p.nqb;
-    const index_t hk = item % p.Hk;
-    const index_t b = item / p.Hk;
-    const index_t rho0 = qb * p.bq;
-    const index_t nrows = p.group * p.Nq - rho0 < p.bq ? p.group * p.Nq - rho0 : p.bq;
-    const index_t shift = p.Nk - p.Nq;  // causal: query i sees keys j <= i + shift
-    const index_t kb = split * p.split_len;
-    index_t ke = kb + p.split_len < p.Nk ? kb + p.split_len : p.Nk;
-    if (p.causal) {  // the block's last row that sees the most keys; no tiles past its diagonal
-      const index_t last_i = rho0 / p.Nq == (rho0 + nrows - 1) / p.Nq ? (rho0 + nrows - 1) % p.Nq : p.Nq - 1;
-      if (last_i + shift + 1 < ke) ke = last_i + shift + 1;
-    }
+    const typename Base::Block w = this->block_of(team.league_rank());
 #if KFLASH_IMPL_ON_HOST
     if constexpr (is_host) {
-      host_block(team, b, hk, rho0, nrows, kb, ke, split);
+      host_block(team, w);
       return;
     }
 #endif
-    generic_block(team, b, hk, rho0, nrows, kb, ke, split);
+    generic_block(team, w);
   }
 
   /// Host: staging into scratch here, the tile arithmetic in the compiled tile kernel.
-  void host_block(const member_type& team, index_t b, index_t hk, index_t rho0, index_t nrows, index_t kb,
-                  index_t ke, index_t split) const {
-    const auto& scratch = team.team_scratch(scratch_level);
+  void host_block(const member_type& team, const typename Base::Block& w) const {
+    const index_t b = w.b, hk = w.hk, rho0 = w.rho0, nrows = w.nrows, kb = w.kb, ke = w.ke;
+    const auto& scratch = team.team_scratch(this->scratch_level);
     Tile qs(scratch, p.bq, p.D), kt(scratch, p.D, p.bk), vs(scratch, p.bk, p.dvp);
     Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.dvp);
     States st(scratch, p.bq);
@@ -199,14 +176,14 @@ struct AttentionKernel {
       }
       host::run(tile);
     }
-    for (index_t r = 0; r < nrows; ++r) store(split, b, row_of(hk, rho0 + r), &os(r, 0), st(r));
+    for (index_t r = 0; r < nrows; ++r) store(w, row_of(hk, rho0 + r), &os(r, 0), st(r));
   }
 
   /// Devices: one thread of the team per query row.
-  KOKKOS_INLINE_FUNCTION void generic_block(const member_type& team, index_t b, index_t hk, index_t rho0,
-                                           index_t nrows, index_t kb, index_t ke, index_t split) const {
+  KOKKOS_INLINE_FUNCTION void generic_block(const member_type& team, const typename Base::Block& w) const {
+    const index_t b = w.b, hk = w.hk, rho0 = w.rho0, nrows = w.nrows, kb = w.kb, ke = w.ke;
     const index_t shift = p.Nk - p.Nq;
-    const auto& scratch = team.team_scratch(scratch_level);
+    const auto& scratch = team.team_scratch(this->scratch_level);
     Tile qs(scratch, p.bq, p.D), ks(scratch, p.bk, p.D), vs(scratch, p.bk, p.Dv);
     Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.Dv);
     States st(scratch, p.bq);
@@ -252,12 +229,14 @@ struct AttentionKernel {
 
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows),
-                         [&](index_t r) { store(split, b, row_of(hk, rho0 + r), &os(r, 0), st(r)); });
+                         [&](index_t r) { store(w, row_of(hk, rho0 + r), &os(r, 0), st(r)); });
   }
 };
 
-/// Merges S partial results over disjoint key sets: o(b, h, i, :) and lse(b, h, i) from
-/// o_parts(s, b, h, i, :) and lse_parts(s, b, h, i), with the SoftmaxState merge.
+/// Merges S partial results over disjoint key sets: o(b, h, i, d) and lse(b, h, i) from
+/// o_parts(s, b, h, i, d) and lse_parts(s, b, h, i), with the SoftmaxState merge. One work item
+/// per output element (row, d), so that many parts of few rows (split-K/V decoding) still fill
+/// the machine; each item merges its row's states itself.
 template <class OP, class LP, class OV, class LV>
 struct MergeKernel {
   using T = typename OV::non_const_value_type;
@@ -269,20 +248,22 @@ struct MergeKernel {
   index_t S, H, N, Dv;
 
   KOKKOS_INLINE_FUNCTION void operator()(index_t item) const {
-    const index_t i = item % N;
-    const index_t h = (item / N) % H;
-    const index_t b = item / (N * H);
-    for (index_t d = 0; d < Dv; ++d) o(b, h, i, d) = T(0);
+    const index_t width = Dv > 0 ? Dv : 1;  // Dv = 0: an item per row, for the lse alone
+    const index_t d = item % width;
+    const index_t row = item / width;
+    const index_t i = row % N;
+    const index_t h = (row / N) % H;
+    const index_t b = row / (N * H);
+    T acc = T(0);
     SoftmaxState<T> st = SoftmaxState<T>::identity();
     for (index_t s = 0; s < S; ++s) {
       // A part with log-sum-exp x holds (m, l) = (x, 1), whatever its own maximum was.
       T fa, fb;
       st.merge(SoftmaxState<T>::of(lse_parts(s, b, h, i)), fa, fb);
-      for (index_t d = 0; d < Dv; ++d) o(b, h, i, d) = o(b, h, i, d) * fa + fb * o_parts(s, b, h, i, d);
+      if (d < Dv) acc = acc * fa + fb * o_parts(s, b, h, i, d);
     }
-    const T inv = SoftmaxNormalizer<T>(st).inv_sum;
-    for (index_t d = 0; d < Dv; ++d) o(b, h, i, d) *= inv;
-    if (has_lse) lse(b, h, i) = st.logsumexp();
+    if (d < Dv) o(b, h, i, d) = acc * SoftmaxNormalizer<T>(st).inv_sum;
+    if (has_lse && d == 0) lse(b, h, i) = st.logsumexp();
   }
 };
 
@@ -292,21 +273,20 @@ void run_merge(const ExecSpace& exec, const OP& o_parts, const LP& lse_parts, co
   const index_t S = o_parts.extent(0), B = o.extent(0), H = o.extent(1), N = o.extent(2),
                 Dv = o.extent(3);
   if (B * H * N == 0) return;
-  Kokkos::parallel_for("kflash::merge_attention", Kokkos::RangePolicy<ExecSpace>(exec, 0, B * H * N),
+  const index_t items = B * H * N * (Dv > 0 ? Dv : 1);
+  Kokkos::parallel_for("kflash::merge_attention", Kokkos::RangePolicy<ExecSpace>(exec, 0, items),
                        MergeKernel<OP, LP, OV, LV>{o_parts, lse_parts, o, lse, has_lse, S, H, N, Dv});
 }
 
 template <class ExecSpace>
-AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p, const AttentionOptions& opt) {
+AttentionPlan plan_splits(const ExecSpace& exec, AttentionPlan p, const AttentionOptions& opt) {
   using traits = AttentionTraits<ExecSpace>;
-  p.bq = traits::block_q;
-  p.bk = traits::block_k;
   p.group = p.Hq / p.Hk;
   p.nqb = (p.group * p.Nq + p.bq - 1) / p.bq;
   p.dvp = (p.Dv + host::attention_pad - 1) / host::attention_pad * host::attention_pad;
   const index_t items = p.B * p.Hk * p.nqb;
   const index_t threads = exec.concurrency() > 0 ? index_t(exec.concurrency()) : 1;
-  const index_t teams_available = traits::is_host ? threads : threads / p.bq;
+  const index_t teams_available = threads / p.team_size;
   const index_t wanted = traits::items_per_thread * (teams_available > 0 ? teams_available : 1);
   index_t splits = 1;
   if (opt.schedule == AttentionSchedule::split_kv && opt.num_splits > 0) {
@@ -325,9 +305,95 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p, const Atten
   return p;
 }
 
+/// The block shape of a schedule: Shape = void for AttentionKernel, else a TeamAttentionShape.
+template <class ExecSpace, class Shape>
+AttentionPlan with_shape(AttentionPlan p) {
+  if constexpr (std::is_void<Shape>::value) {
+    using traits = AttentionTraits<ExecSpace>;
+    p.bq = traits::block_q;
+    p.bk = traits::block_k;
+    p.team_size = traits::is_host ? 1 : traits::block_q;
+  } else {
+    p.bq = Shape::BQ;
+    p.bk = Shape::BK;
+    p.team_size = Shape::team_size;
+  }
+  return p;
+}
+
+/// Calls f with a value of the schedule's shape type for plan p (void* for AttentionKernel).
+template <class T, class ExecSpace, class F>
+void with_team_shape(const AttentionPlan& p, F&& f) {
+  using traits = AttentionTraits<ExecSpace>;
+  using S = void*;
+  if (p.team_dv == 64 && p.team_narrow) f(typename traits::template team_shape<T, 64, true>());
+  else if (p.team_dv == 64) f(typename traits::template team_shape<T, 64, false>());
+  else if (p.team_dv == 128 && p.team_narrow) f(typename traits::template team_shape<T, 128, true>());
+  else if (p.team_dv == 128) f(typename traits::template team_shape<T, 128, false>());
+  else f(S());
+}
+
+/// The plan of a call: its schedule (p.team_dv: 0 for AttentionKernel, 64 or 128 for the team
+/// shapes of AttentionTraits, p.team_narrow for their 8-row blocks), block shape and key splits.
+template <class T, class ExecSpace>
+AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p, const AttentionOptions& opt) {
+  using traits = AttentionTraits<ExecSpace>;
+  p.team_dv = traits::is_host ? 0 : p.Dv <= 64 ? 64 : p.Dv <= 128 ? 128 : 0;
+  p.team_narrow = (p.Hq / p.Hk) * p.Nq <= 8;
+  with_team_shape<T, ExecSpace>(p, [&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    p = with_shape<ExecSpace, Shape>(p);
+  });
+  return plan_splits(exec, p, opt);
+}
+
+/// Runs a planned call with the kernel of Shape (void: AttentionKernel).
+template <class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void run_attention(const ExecSpace& exec, const AttentionPlan& p, typename OV::non_const_value_type scale,
+                   const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+  using T = typename OV::non_const_value_type;
+  const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
+  auto launch = [&](const char* label, auto kernel) {
+    using Kernel = decltype(kernel);
+    const std::size_t bytes = Kernel::scratch_bytes(p);
+    kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+    Kokkos::parallel_for(label,
+                         Kokkos::TeamPolicy<ExecSpace>(exec, int(league), int(p.team_size), 1)
+                             .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                         kernel);
+  };
+  auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
+    constexpr bool Partial = decltype(partial)::value;
+    using O = decltype(o_view);
+    using L = decltype(lse_view);
+    using Kernel = std::conditional_t<std::is_void<Shape>::value, AttentionKernel<ExecSpace, QV, KV, VV, O, L, Partial>,
+                                      TeamAttentionKernel<ExecSpace, Shape, QV, KV, VV, O, L, Partial>>;
+    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, scale, 0}};
+  };
+  if (p.nsplits == 1) {
+    launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
+    return;
+  }
+  // Split K/V: partial results of each key range, then the exact merge.
+  using mem = typename OV::memory_space;
+  using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+  using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+  using Scratch = CachedWorkspace<mem>;
+  const std::size_t lse_count = std::size_t(p.nsplits * p.B * p.Hq * p.Nq);
+  const std::size_t o_offset = Scratch::aligned(sizeof(T) * lse_count);
+  const Scratch scratch(exec, o_offset + sizeof(T) * lse_count * std::size_t(p.Dv), "kflash::attention parts");
+  const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
+  const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
+  launch("kflash::attention split_kv", make(o_parts, lse_parts, true, std::true_type()));
+  run_merge(exec, o_parts, lse_parts, o, lse, has_lse);
+  exec.fence();  // the workspace must outlive the kernels
+}
+
+/// Checks attention()'s arguments and returns the call's shapes (p.B ... p.Dv, p.causal); throws
+/// std::invalid_argument naming the argument and the extents.
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
-void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
-                    const AttentionOptions& opt, const LV& lse, bool has_lse) {
+AttentionPlan attention_args(const QV& q, const KV& k, const VV& v, const OV& o, const AttentionOptions& opt,
+                             const LV& lse, bool has_lse) {
   const char* fn = "attention";
   static_check_view<ExecSpace, QV, false>();
   static_check_view<ExecSpace, KV, false>();
@@ -340,73 +406,73 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
                     std::is_same<std::remove_cv_t<typename VV::value_type>, T>::value &&
                     std::is_same<typename LV::non_const_value_type, T>::value,
                 "kflash::attention: q, k, v, o and lse must have the same value type");
-  require_rank(fn, "q", q, 4, 4);
-  require_rank(fn, "k", k, 4, 4);
-  require_rank(fn, "v", v, 4, 4);
-  require_rank(fn, "o", o, 4, 4);
-  if (has_lse) require_rank(fn, "lse", lse, 3, 3);
+  static_assert(view_rank<QV> == 4 && view_rank<KV> == 4 && view_rank<VV> == 4 && view_rank<OV> == 4 &&
+                    view_rank<LV> == 3,
+                "kflash::attention: q, k, v, o must be rank-4 Views and lse a rank-3 View");
+  auto fail = [&](const std::string& what) { throw_invalid_argument(fn, what); };
+  const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
+  AttentionPlan p;
+  p.B = q.extent(0), p.Hq = q.extent(1), p.Nq = q.extent(2), p.D = q.extent(3);
+  p.Hk = k.extent(1), p.Nk = k.extent(2), p.Dv = v.extent(3);
+  p.causal = opt.causal;
+  if (index_t(k.extent(0)) != p.B || index_t(v.extent(0)) != p.B)
+    fail("q, k and v must have the same batch extent B" + shapes);
+  if (index_t(v.extent(1)) != p.Hk) fail("k and v must have the same number of heads Hk" + shapes);
+  if (p.Hk == 0 || p.Hq % p.Hk != 0) fail("the query heads Hq must be a multiple of the key/value heads Hk" + shapes);
+  if (index_t(k.extent(3)) != p.D) fail("q and k must have the same head dimension D" + shapes);
+  if (index_t(v.extent(2)) != p.Nk) fail("k and v must have the same number of keys Nk" + shapes);
+  if (p.D < 1 || p.Dv < 1) fail("head dimensions D and Dv must be at least 1" + shapes);
+  if (index_t(o.extent(0)) != p.B || index_t(o.extent(1)) != p.Hq || index_t(o.extent(2)) != p.Nq ||
+      index_t(o.extent(3)) != p.Dv)
+    fail("argument '" + describe("o", o) + "' must have extents (B, Hq, Nq, Dv)" + shapes);
+  if (has_lse &&
+      (index_t(lse.extent(0)) != p.B || index_t(lse.extent(1)) != p.Hq || index_t(lse.extent(2)) != p.Nq))
+    fail("argument '" + describe("lse", lse) + "' must have extents (B, Hq, Nq)" + shapes);
+  if (!std::isfinite(opt.scale)) fail("options.scale must be finite, got " + std::to_string(opt.scale));
+  if (opt.num_splits < 0) fail("options.num_splits must be >= 0, got " + std::to_string(opt.num_splits));
+  return p;
+}
+
+template <class T>
+T attention_scale(const AttentionOptions& opt, index_t D) {
+  return static_cast<T>(opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(D)));
+}
+
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
+                    const AttentionOptions& opt, const LV& lse, bool has_lse) {
+  using T = typename OV::non_const_value_type;
+  require_rank("attention", "q", q, 4, 4);
+  require_rank("attention", "k", k, 4, 4);
+  require_rank("attention", "v", v, 4, 4);
+  require_rank("attention", "o", o, 4, 4);
+  if (has_lse) require_rank("attention", "lse", lse, 3, 3);
   if constexpr (view_rank<QV> == 4 && view_rank<KV> == 4 && view_rank<VV> == 4 && view_rank<OV> == 4 &&
                 view_rank<LV> == 3) {
-    auto fail = [&](const std::string& what) { throw_invalid_argument(fn, what); };
-    const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
-    AttentionPlan p;
-    p.B = q.extent(0), p.Hq = q.extent(1), p.Nq = q.extent(2), p.D = q.extent(3);
-    p.Hk = k.extent(1), p.Nk = k.extent(2), p.Dv = v.extent(3);
-    p.causal = opt.causal;
-    if (index_t(k.extent(0)) != p.B || index_t(v.extent(0)) != p.B)
-      fail("q, k and v must have the same batch extent B" + shapes);
-    if (index_t(v.extent(1)) != p.Hk) fail("k and v must have the same number of heads Hk" + shapes);
-    if (p.Hk == 0 || p.Hq % p.Hk != 0)
-      fail("the query heads Hq must be a multiple of the key/value heads Hk" + shapes);
-    if (index_t(k.extent(3)) != p.D) fail("q and k must have the same head dimension D" + shapes);
-    if (index_t(v.extent(2)) != p.Nk) fail("k and v must have the same number of keys Nk" + shapes);
-    if (p.D < 1 || p.Dv < 1) fail("head dimensions D and Dv must be at least 1" + shapes);
-    if (index_t(o.extent(0)) != p.B || index_t(o.extent(1)) != p.Hq || index_t(o.extent(2)) != p.Nq ||
-        index_t(o.extent(3)) != p.Dv)
-      fail("argument '" + describe("o", o) + "' must have extents (B, Hq, Nq, Dv)" + shapes);
-    if (has_lse && (index_t(lse.extent(0)) != p.B || index_t(lse.extent(1)) != p.Hq ||
-                    index_t(lse.extent(2)) != p.Nq))
-      fail("argument '" + describe("lse", lse) + "' must have extents (B, Hq, Nq)" + shapes);
-    if (!std::isfinite(opt.scale)) fail("options.scale must be finite, got " + std::to_string(opt.scale));
-    if (opt.num_splits < 0) fail("options.num_splits must be >= 0, got " + std::to_string(opt.num_splits));
+    AttentionPlan p = attention_args<ExecSpace>(q, k, v, o, opt, lse, has_lse);
     if (p.B * p.Hq * p.Nq == 0) return;
-
-    const T scale = static_cast<T>(opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(p.D)));
-    p = plan_attention(exec, p, opt);
-    const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
-    const int team_size = AttentionTraits<ExecSpace>::is_host ? 1 : int(p.bq);
-
-    auto launch = [&](const char* label, auto kernel) {
-      using Kernel = decltype(kernel);
-      const std::size_t bytes = Kernel::scratch_bytes(p);
-      kernel.scratch_level =
-          bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
-      Kokkos::parallel_for(label,
-                           Kokkos::TeamPolicy<ExecSpace>(exec, int(league), team_size, 1)
-                               .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
-                           kernel);
-    };
-    if (p.nsplits == 1) {
-      using Kernel = AttentionKernel<ExecSpace, QV, KV, VV, OV, LV, false>;
-      launch("kflash::attention", Kernel{q, k, v, o, lse, has_lse, p, scale, 0});
-      return;
-    }
-    // Split K/V: partial results of each key range, then the exact merge.
-    using mem = typename OV::memory_space;
-    using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
-    using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
-    using Scratch = CachedWorkspace<mem>;
-    const std::size_t lse_count = std::size_t(p.nsplits * p.B * p.Hq * p.Nq);
-    const std::size_t o_offset = Scratch::aligned(sizeof(T) * lse_count);
-    const Scratch scratch(exec, o_offset + sizeof(T) * lse_count * std::size_t(p.Dv), "kflash::attention parts");
-    const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
-    const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
-    using Kernel = AttentionKernel<ExecSpace, QV, KV, VV, Parts, PartsLse, true>;
-    launch("kflash::attention split_kv",
-           Kernel{q, k, v, o_parts, lse_parts, true, p, scale, 0});
-    run_merge(exec, o_parts, lse_parts, o, lse, has_lse);
-    exec.fence();  // the workspace must outlive the kernels
+    p = plan_attention<T>(exec, p, opt);
+    const T scale = attention_scale<T>(opt, p.D);
+    with_team_shape<T, ExecSpace>(p, [&](auto shape) {
+      using Shape = std::remove_pointer_t<decltype(shape)>;
+      run_attention<Shape>(exec, p, scale, q, k, v, o, lse, has_lse);
+    });
   }
+}
+
+/// attention() through the team schedule of the given TeamAttentionShape on any execution space,
+/// whatever the traits choose: the tests run the device schedule on host teams with it.
+template <class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void attention_with_shape(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
+                          const AttentionOptions& opt, const LV& lse) {
+  using T = typename OV::non_const_value_type;
+  AttentionPlan p = attention_args<ExecSpace>(q, k, v, o, opt, lse, true);
+  if (p.Dv > Shape::DV)
+    throw_invalid_argument("attention", "Dv = " + std::to_string(p.Dv) + " exceeds the team shape's " +
+                                            std::to_string(Shape::DV));
+  if (p.B * p.Hq * p.Nq == 0) return;
+  p = plan_splits(exec, with_shape<ExecSpace, Shape>(p), opt);
+  run_attention<Shape>(exec, p, attention_scale<T>(opt, p.D), q, k, v, o, lse, true);
 }
 
 }  // namespace impl

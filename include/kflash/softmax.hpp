@@ -4,6 +4,7 @@
 #include <kflash/impl/errors.hpp>
 #include <kflash/impl/host_kernels.hpp>
 #include <kflash/impl/rows.hpp>
+#include <kflash/impl/team_rows.hpp>
 #include <kflash/impl/workspace.hpp>
 #include <kflash/softmax_state.hpp>
 
@@ -20,12 +21,6 @@ inline const char* row_op_name(RowOp op) {
     default: return "logsumexp";
   }
 }
-
-/// The three phases a row kernel runs in:
-///  whole:   reduce a whole row to its state, then write the row's outputs;
-///  partial: reduce one chunk of a row to a state in the workspace;
-///  finish:  merge a row's chunk states, then write one chunk's outputs.
-enum class RowPhase { whole, partial, finish };
 
 /// Whether a call's output is large enough for non-temporal stores (host::stream_bytes).
 template <class T>
@@ -192,11 +187,15 @@ void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   using Workspace = Kokkos::View<SoftmaxState<T>**, memory_space, Kokkos::MemoryUnmanaged>;
   using Kernel = RowKernel<ExecSpace, XRows, YRows, Workspace, Op>;
 
-  const RowPlan plan = plan_rows(exec, x.rows(), x.cols());
+  using traits = RowTraits<ExecSpace>;
+  const RowPlan plan = plan_rows<T>(exec, x.rows(), x.cols());
   if (plan.rows == 0) return;
-  bool contiguous = RowTraits<ExecSpace>::is_host && x.unit_stride();
+  bool contiguous = traits::is_host && x.unit_stride();
   if constexpr (Op != RowOp::logsumexp) contiguous = contiguous && y.unit_stride();
   const std::string label = std::string("kflash::") + row_op_name(Op);
+  if constexpr (!traits::is_host) {
+    if (run_team_rows<Op, traits, traits::template team_regs<T>>(exec, x, y, plan, label)) return;
+  }
   if (plan.chunks == 1) {
     const index_t items = contiguous ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows;
     auto policy = row_team_policy(exec, items);

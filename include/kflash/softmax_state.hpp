@@ -133,6 +133,9 @@ struct SoftmaxNormalizer {
   }
 
   KOKKOS_INLINE_FUNCTION T prob(T x) const { return impl::exp_nonpositive(x - shift) * inv_sum; }
+  /// prob(x) from x's weight w = SoftmaxState<T>::weight(x, s.max) against the state s it was built
+  /// from (kernels that keep the weights skip the second exp).
+  KOKKOS_INLINE_FUNCTION T prob_of_weight(T w) const { return w * inv_sum; }
   KOKKOS_INLINE_FUNCTION T log_prob(T x) const { return (x - shift) - log_sum; }
 };
 

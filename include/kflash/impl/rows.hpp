@@ -60,7 +60,24 @@ struct RowTraits {
   /// ... and at least this many rows, where there are enough for every thread: the host kernels
   /// run the write pass of one long row beside the state pass of the next.
   static constexpr index_t item_rows = 8;
+  /// Devices (team_rows.hpp): rows of up to lane_cols elements over a thread's vector lanes,
+  /// lane_team_size rows a team; longer rows a team each, of at least min_team_size threads (a
+  /// multiple of team_multiple, at most max_team_size) holding team_regs<T> elements each in
+  /// registers; rows longer than that are split across teams.
+  static constexpr index_t lane_cols = 512;
+  static constexpr int lane_team_size = 8;
+  static constexpr int min_team_size = 64;
+  static constexpr int team_multiple = 32;
+  static constexpr int max_team_size = 1024;
+  template <class T>
+  static constexpr int team_regs = sizeof(T) == 4 ? 32 : 16;
 };
+
+/// The three phases a row kernel runs in:
+///  whole:   reduce a whole row to its state, then write the row's outputs;
+///  partial: reduce one chunk of a row to a state in the workspace;
+///  finish:  merge a row's chunk states, then write one chunk's outputs.
+enum class RowPhase { whole, partial, finish };
 
 /// How a set of rows is cut into work items: each row into `chunks` chunks of `chunk_len`.
 struct RowPlan {
@@ -71,13 +88,17 @@ struct RowPlan {
   index_t rows_per_item = 1;  // whole rows per work item (host, unit-stride rows)
 };
 
-template <class ExecSpace>
+template <class T, class ExecSpace>
 RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
   using traits = RowTraits<ExecSpace>;
   RowPlan p;
   p.rows = rows;
   p.cols = cols;
   p.chunk_len = cols;
+  // Devices keep whole rows that a team can hold in registers; longer rows are split into chunks
+  // that a team holds.
+  const index_t team_cols = index_t(traits::template team_regs<T>) * traits::max_team_size;
+  if (!traits::is_host && cols <= team_cols) return p;
   const index_t teams_available =
       traits::is_host ? index_t(exec.concurrency())
                       : index_t(exec.concurrency()) / (traits::vector_length * traits::device_team_size);
@@ -92,6 +113,7 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
   index_t chunks = (wanted + rows - 1) / rows;
   const index_t max_chunks = cols / traits::min_chunk;
   if (chunks > max_chunks) chunks = max_chunks;
+  if (!traits::is_host && chunks < (cols + team_cols - 1) / team_cols) chunks = (cols + team_cols - 1) / team_cols;
   p.chunk_len = (cols + chunks - 1) / chunks;
   p.chunks = (cols + p.chunk_len - 1) / p.chunk_len;
   return p;

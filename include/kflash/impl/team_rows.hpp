@@ -1,0 +1,243 @@
+// Row schedules for devices (softmax, log_softmax, logsumexp of whole rows), each reading its row
+// from memory once and writing it once:
+//  - lanes: a short row per team thread, over the thread's vector lanes (a warp on CUDA), several
+//    rows per team; the row is staged in the thread's scratch between the passes;
+//  - team:  a row per team of threads (vector length 1), each thread holding the elements
+//    rank, rank + team_size, ... of the row in registers (at most Regs of them); rows longer than
+//    a team holds are split into chunks of such teams, and read twice.
+// Both reduce with the monoid: lanes by vector reductions, threads by the team reduction.
+#pragma once
+
+#include <kflash/impl/rows.hpp>
+#include <kflash/impl/workspace.hpp>
+#include <kflash/softmax_state.hpp>
+
+#include <string>
+
+namespace kflash::impl {
+
+/// The write of one element of a row whose state gave `n`: `w` is the element's weight
+/// exp(x - max) for softmax, the element x itself for log_softmax.
+template <RowOp Op, class T>
+KOKKOS_INLINE_FUNCTION T row_output(const SoftmaxNormalizer<T>& n, T w_or_x) {
+  if constexpr (Op == RowOp::softmax) {
+    return n.prob_of_weight(w_or_x);
+  } else {
+    return n.log_prob(w_or_x);
+  }
+}
+
+/// A short row per team thread: thread t of team g takes row g * team_size + t.
+template <class ExecSpace, class XRows, class YRows, RowOp Op>
+struct LaneRowKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+  using Buffer = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+  XRows x;
+  YRows y;
+  index_t rows, cols;
+
+  static std::size_t thread_scratch_bytes(index_t cols) { return Buffer::shmem_size(cols); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const index_t r = index_t(team.league_rank()) * team.team_size() + team.team_rank();
+    if (r >= rows) return;  // only vector-level collectives below: no team barrier to miss
+    const Buffer buf(team.thread_scratch(0), cols);
+    T m;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, cols),
+        [&](index_t i, T& acc) {
+          const T v = x(r, i);
+          buf(i) = v;
+          if (v > acc) acc = v;
+        },
+        MaxOf<T>(m));
+    // Each lane reads back the elements it staged (the same lanes take the same indices).
+    SoftmaxState<T> sum;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, cols),
+        [&](index_t i, SoftmaxState<T>& acc) {
+          const T w = SoftmaxState<T>::weight(buf(i), m);
+          if constexpr (Op == RowOp::softmax) buf(i) = w;
+          acc.add_term(w);
+        },
+        OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
+    const SoftmaxState<T> state{m, sum.sum, sum.comp};
+    if constexpr (Op == RowOp::logsumexp) {
+      Kokkos::single(Kokkos::PerThread(team), [&]() { y(r, 0) = state.logsumexp(); });
+    } else {
+      const SoftmaxNormalizer<T> n(state, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols),
+                           [&](index_t i) { y(r, i) = row_output<Op>(n, buf(i)); });
+    }
+  }
+};
+
+/// A row (or a chunk of one) per team: thread t holds elements t + k * team_size, k < Regs, in
+/// registers; the team reduction merges the threads' maxima, then their sums of weights. Phases
+/// as RowPhase: whole rows; the state of each chunk into ws(r, c); the merge of a row's chunk
+/// states, then the chunk's outputs (x read again).
+template <class ExecSpace, class XRows, class YRows, RowOp Op, int Regs>
+struct TeamRowKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+  using Workspace = Kokkos::View<SoftmaxState<T>**, typename ExecSpace::memory_space, Kokkos::MemoryUnmanaged>;
+
+  XRows x;
+  YRows y;
+  Workspace ws;
+  RowPlan plan;
+  RowPhase phase;
+  index_t items_per_row;  // teams per row in this phase: 1 or plan.chunks
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const index_t item = team.league_rank();
+    const index_t r = item / items_per_row, c = item % items_per_row;
+    const index_t begin = c * plan.chunk_len;
+    const index_t n = (begin + plan.chunk_len < plan.cols ? begin + plan.chunk_len : plan.cols) - begin;
+    const index_t rank = team.team_rank(), size = team.team_size();
+    T v[Regs];
+    for (int k = 0; k < Regs; ++k) {
+      const index_t i = rank + k * size;
+      v[k] = i < n ? x(r, begin + i) : -infinity<T>();
+    }
+    SoftmaxState<T> state;
+    if (phase == RowPhase::finish) {
+      state = ws(r, plan.chunks);  // the row's state, merged from its chunks' by RowStateMerge
+    } else {
+      T m = -infinity<T>();
+      for (int k = 0; k < Regs; ++k) m = v[k] > m ? v[k] : m;
+      team.team_reduce(MaxOf<T>(m));
+      SoftmaxState<T> sum = SoftmaxState<T>::identity();  // its max stays -inf: a compensated sum
+      for (int k = 0; k < Regs; ++k) {
+        if (rank + k * size >= n) break;  // the team has fewer than Regs elements per thread
+        const T w = SoftmaxState<T>::weight(v[k], m);
+        if constexpr (Op == RowOp::softmax) v[k] = w;
+        sum.add_term(w);
+      }
+      team.team_reduce(OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
+      state = SoftmaxState<T>{m, sum.sum, sum.comp};
+    }
+    if (phase == RowPhase::partial) {
+      if (rank == 0) ws(r, c) = state;
+    } else if constexpr (Op == RowOp::logsumexp) {
+      if (rank == 0) y(r, 0) = state.logsumexp();
+    } else {
+      const SoftmaxNormalizer<T> norm(state, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
+      for (int k = 0; k < Regs; ++k) {
+        const index_t i = rank + k * size;
+        if (i >= n) break;
+        if (Op == RowOp::softmax && phase == RowPhase::finish) y(r, begin + i) = norm.prob(v[k]);
+        else y(r, begin + i) = row_output<Op>(norm, v[k]);
+      }
+    }
+  }
+};
+
+/// Between the partial and finish phases of split rows: ws(r, chunks) = the merge of row r's chunk
+/// states ws(r, 0 .. chunks - 1), over a team's threads and lanes.
+template <class ExecSpace, class Workspace>
+struct RowStateMerge {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = typename Workspace::value_type::value_type;
+  Workspace ws;
+  index_t chunks;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const index_t r = team.league_rank();
+    SoftmaxState<T> s;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamVectorRange(team, chunks), [&](index_t j, SoftmaxState<T>& acc) { acc.merge(ws(r, j)); },
+        OnlineSoftmax<T, Kokkos::AnonymousSpace>(s));
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { ws(r, chunks) = s; });
+  }
+};
+
+/// Which device row schedule a call of rows x cols takes, and its team shape.
+struct TeamRowPlan {
+  enum Tier { none, lanes, team } tier = none;
+  int team_size = 1;
+  int vector_length = 1;
+};
+
+/// The tier for rows (or chunks) of `cols` elements: lanes up to Traits::lane_cols where allowed
+/// (whole rows), else a team per row while Regs registers per thread of at most max_team_size
+/// threads hold the row.
+template <class Traits, int Regs>
+TeamRowPlan plan_team_rows(index_t cols, int max_team_size, bool lanes_allowed) {
+  TeamRowPlan p;
+  if (lanes_allowed && cols <= Traits::lane_cols) {
+    p.tier = TeamRowPlan::lanes;
+    p.team_size = Traits::lane_team_size;
+    p.vector_length = Traits::vector_length;
+    return p;
+  }
+  const index_t threads = (cols + Regs - 1) / Regs;
+  if (threads > max_team_size) return p;
+  // At least min_team_size threads, a multiple of team_multiple (whole warps), at most max_team_size.
+  index_t size = threads < Traits::min_team_size ? Traits::min_team_size : threads;
+  size = (size + Traits::team_multiple - 1) / Traits::team_multiple * Traits::team_multiple;
+  if (size > max_team_size) size = max_team_size;
+  p.tier = TeamRowPlan::team;
+  p.team_size = int(size);
+  return p;
+}
+
+/// Runs rows through the device row schedules of Traits (RowTraits, or a test's), Regs registers
+/// per thread in the team tier: whole rows (plan.chunks == 1) by lanes or by teams, split rows by
+/// teams per chunk (their states in a workspace, merged, then x read again for the outputs).
+/// Returns false, running nothing, when no tier holds the rows or their chunks.
+template <RowOp Op, class Traits, int Regs, class ExecSpace, class XRows, class YRows>
+bool run_team_rows(const ExecSpace& exec, const XRows& x, const YRows& y, const RowPlan& plan,
+                   const std::string& label) {
+  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  // Teams of more threads than the compiler's register use allows are launched with bounds that
+  // make it fit Traits::max_team_size threads (which costs spills): only where a row needs them.
+  using BoundedPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<Traits::max_team_size, 1>>;
+  using Team = TeamRowKernel<ExecSpace, XRows, YRows, Op, Regs>;
+  const index_t rows = plan.rows, cols = plan.cols;
+  const Team probe{x, y, {}, plan, RowPhase::whole, 1};
+  const int free_size = Policy(exec, 1, 1, 1).team_size_max(probe, Kokkos::ParallelForTag());
+  const int bounded_size = BoundedPolicy(exec, 1, 1, 1).team_size_max(probe, Kokkos::ParallelForTag());
+  TeamRowPlan p = plan_team_rows<Traits, Regs>(plan.chunk_len, free_size, plan.chunks == 1);
+  const bool bounded = p.tier == TeamRowPlan::none;
+  if (bounded) p = plan_team_rows<Traits, Regs>(plan.chunk_len, bounded_size, false);
+  if (p.tier == TeamRowPlan::lanes) {
+    using Lanes = LaneRowKernel<ExecSpace, XRows, YRows, Op>;
+    const index_t league = (rows + p.team_size - 1) / p.team_size;
+    Kokkos::parallel_for(label, Policy(exec, int(league), p.team_size, p.vector_length)
+                                    .set_scratch_size(0, Kokkos::PerThread(Lanes::thread_scratch_bytes(cols))),
+                         Lanes{x, y, rows, cols});
+    return true;
+  }
+  if (p.tier == TeamRowPlan::none) return false;
+  auto launch = [&](const std::string& name, index_t league, const Team& kernel) {
+    if (bounded) Kokkos::parallel_for(name, BoundedPolicy(exec, int(league), p.team_size, 1), kernel);
+    else Kokkos::parallel_for(name, Policy(exec, int(league), p.team_size, 1), kernel);
+  };
+  if (plan.chunks == 1) {
+    launch(label, rows, Team{x, y, {}, plan, RowPhase::whole, 1});
+    return true;
+  }
+  // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
+  // writes one value per row, so its finish phase has one item per row.
+  using memory_space = typename ExecSpace::memory_space;
+  const CachedWorkspace<memory_space> scratch(
+      exec, sizeof(SoftmaxState<T>) * std::size_t(rows * (plan.chunks + 1)), label + " workspace");
+  const typename Team::Workspace ws(scratch.template at<SoftmaxState<T>>(0), rows, plan.chunks + 1);
+  launch(label + " partial", rows * plan.chunks, Team{x, y, ws, plan, RowPhase::partial, plan.chunks});
+  Kokkos::parallel_for(label + " merge", Policy(exec, int(rows), Kokkos::AUTO, Traits::vector_length),
+                       RowStateMerge<ExecSpace, typename Team::Workspace>{ws, plan.chunks});
+  if constexpr (Op == RowOp::logsumexp) {
+    Kokkos::parallel_for(label + " finish", Kokkos::RangePolicy<ExecSpace>(exec, 0, rows),
+                         KOKKOS_LAMBDA(index_t r) { y(r, 0) = ws(r, plan.chunks).logsumexp(); });
+  } else {
+    launch(label + " finish", rows * plan.chunks, Team{x, y, ws, plan, RowPhase::finish, plan.chunks});
+  }
+  exec.fence();  // the workspace must outlive the kernels
+  return true;
+}
+
+}  // namespace kflash::impl
