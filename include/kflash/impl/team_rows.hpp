@@ -1,4 +1,4 @@
-// Row schedules for devices (softmax, log_softmax, logsumexp of whole rows), each reading its row
+// Row schedules for devices (softmax, log_softmax, logsumexp), reading a row that fits a team
 // from memory once and writing it once:
 //  - lanes: a short row per team thread, over the thread's vector lanes (a warp on CUDA), several
 //    rows per team; the row is staged in the thread's scratch between the passes;
