@@ -234,9 +234,9 @@ struct AttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
 };
 
 /// Merges S partial results over disjoint key sets: o(b, h, i, d) and lse(b, h, i) from
-/// o_parts(s, b, h, i, d) and lse_parts(s, b, h, i), with the SoftmaxState merge. One work item
-/// per output element (row, d), so that many parts of few rows (split-K/V decoding) still fill
-/// the machine; each item merges its row's states itself.
+/// o_parts(s, b, h, i, d) and lse_parts(s, b, h, i), with the SoftmaxState merge. A work item is
+/// `width` columns of one row (the whole row, or one column where few rows would leave the
+/// machine idle: split-K/V decoding); each item merges its row's states itself.
 template <class OP, class LP, class OV, class LV>
 struct MergeKernel {
   using T = typename OV::non_const_value_type;
@@ -245,25 +245,27 @@ struct MergeKernel {
   OV o;
   LV lse;
   bool has_lse;
-  index_t S, H, N, Dv;
+  index_t S, H, N, Dv, width;
 
   KOKKOS_INLINE_FUNCTION void operator()(index_t item) const {
-    const index_t width = Dv > 0 ? Dv : 1;  // Dv = 0: an item per row, for the lse alone
-    const index_t d = item % width;
-    const index_t row = item / width;
+    const index_t blocks = Dv > 0 ? (Dv + width - 1) / width : 1;
+    const index_t d0 = item % blocks * width;
+    const index_t d1 = d0 + width < Dv ? d0 + width : Dv;
+    const index_t row = item / blocks;
     const index_t i = row % N;
     const index_t h = (row / N) % H;
     const index_t b = row / (N * H);
-    T acc = T(0);
+    for (index_t d = d0; d < d1; ++d) o(b, h, i, d) = T(0);
     SoftmaxState<T> st = SoftmaxState<T>::identity();
     for (index_t s = 0; s < S; ++s) {
       // A part with log-sum-exp x holds (m, l) = (x, 1), whatever its own maximum was.
       T fa, fb;
       st.merge(SoftmaxState<T>::of(lse_parts(s, b, h, i)), fa, fb);
-      if (d < Dv) acc = acc * fa + fb * o_parts(s, b, h, i, d);
+      for (index_t d = d0; d < d1; ++d) o(b, h, i, d) = o(b, h, i, d) * fa + fb * o_parts(s, b, h, i, d);
     }
-    if (d < Dv) o(b, h, i, d) = acc * SoftmaxNormalizer<T>(st).inv_sum;
-    if (has_lse && d == 0) lse(b, h, i) = st.logsumexp();
+    const T inv = SoftmaxNormalizer<T>(st).inv_sum;
+    for (index_t d = d0; d < d1; ++d) o(b, h, i, d) *= inv;
+    if (has_lse && d0 == 0) lse(b, h, i) = st.logsumexp();
   }
 };
 
@@ -272,12 +274,17 @@ void run_merge(const ExecSpace& exec, const OP& o_parts, const LP& lse_parts, co
                bool has_lse) {
   const index_t S = o_parts.extent(0), B = o.extent(0), H = o.extent(1), N = o.extent(2),
                 Dv = o.extent(3);
-  if (B * H * N == 0) return;
-  const index_t items = B * H * N * (Dv > 0 ? Dv : 1);
+  const index_t rows = B * H * N;
+  if (rows == 0) return;
+  // Whole rows per item while there are rows for every thread; else a column per item.
+  const index_t width = rows >= index_t(exec.concurrency()) && Dv > 0 ? Dv : 1;
+  const index_t items = rows * (Dv > 0 ? (Dv + width - 1) / width : 1);
   Kokkos::parallel_for("kflash::merge_attention", Kokkos::RangePolicy<ExecSpace>(exec, 0, items),
-                       MergeKernel<OP, LP, OV, LV>{o_parts, lse_parts, o, lse, has_lse, S, H, N, Dv});
+                       MergeKernel<OP, LP, OV, LV>{o_parts, lse_parts, o, lse, has_lse, S, H, N, Dv, width});
 }
 
+/// Splits the keys across teams where there are too few blocks to fill the machine (or as the
+/// options force); p's block shape is set.
 template <class ExecSpace>
 AttentionPlan plan_splits(const ExecSpace& exec, AttentionPlan p, const AttentionOptions& opt) {
   using traits = AttentionTraits<ExecSpace>;
