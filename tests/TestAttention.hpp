@@ -391,6 +391,33 @@ TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
   expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), "merge_attention");
 }
 
+TYPED_TEST(AttentionTest, MergeAttentionOfOneRow) {
+  // Fewer rows than threads: merge_attention takes a column per work item (where the space has
+  // more than one thread), each merging the row's states itself.
+  using T = TypeParam;
+  const AttnShape s{1, 1, 1, 1, 301, 16, 24};
+  const auto a = make_attn_data<T>(s, 75);
+  auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, false, a.q);
+  auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, false, a.k);
+  auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, false, a.v);
+  const std::size_t cuts[] = {0, 7, 7, 150, 151, s.Nk};  // five parts, one of them empty
+  Kokkos::View<T*****, AMem> o_parts("o_parts", 5, s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<T****, AMem> lse_parts("lse_parts", 5, s.B, s.Hq, s.Nq);
+  for (int p = 0; p < 5; ++p) {
+    const auto keys = std::make_pair(cuts[p], cuts[p + 1]);
+    auto kp = Kokkos::subview(k.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
+    auto vp = Kokkos::subview(v.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
+    auto op = Kokkos::subview(o_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+    auto lp = Kokkos::subview(lse_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+    kflash::attention(AExec(), q.view, kp, vp, op, kflash::AttentionOptions(), lp);
+  }
+  Kokkos::View<T****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  kflash::merge_attention(AExec(), o_parts, lse_parts, o, lse);
+  const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
+  expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), "merge of one row");
+}
+
 TYPED_TEST(AttentionTest, DefaultExecutionSpaceWithoutLse) {
   using T = TypeParam;
   const AttnShape s{1, 2, 1, 9, 13, 8, 8};
