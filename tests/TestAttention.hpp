@@ -365,18 +365,19 @@ TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
                  {"Dv = 17", "16"});
 }
 
-TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
-  using T = TypeParam;
-  const AttnShape s{2, 4, 2, 29, 203, 32, 24};
-  const auto a = make_attn_data<T>(s, 70);
+/// Attention over consecutive key ranges [cuts[p], cuts[p + 1]), each into its part, then
+/// merge_attention, checked against the single-pass reference over all keys.
+template <class T>
+void check_merge_of_parts(const AttnShape& s, unsigned seed, const std::vector<std::size_t>& cuts,
+                          const std::string& what) {
+  const auto a = make_attn_data<T>(s, seed);
   auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, false, a.q);
   auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, false, a.k);
   auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, false, a.v);
-  // Three parts of the keys, one of them empty: [0, 80), [80, 80), [80, 203).
-  const std::size_t cuts[] = {0, 80, 80, s.Nk};
-  Kokkos::View<T*****, AMem> o_parts("o_parts", 3, s.B, s.Hq, s.Nq, s.Dv);
-  Kokkos::View<T****, AMem> lse_parts("lse_parts", 3, s.B, s.Hq, s.Nq);
-  for (int p = 0; p < 3; ++p) {
+  const std::size_t parts = cuts.size() - 1;
+  Kokkos::View<T*****, AMem> o_parts("o_parts", parts, s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<T****, AMem> lse_parts("lse_parts", parts, s.B, s.Hq, s.Nq);
+  for (std::size_t p = 0; p < parts; ++p) {
     const auto keys = std::make_pair(cuts[p], cuts[p + 1]);
     auto kp = Kokkos::subview(k.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
     auto vp = Kokkos::subview(v.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
@@ -388,34 +389,18 @@ TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
   Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
   kflash::merge_attention(AExec(), o_parts, lse_parts, o, lse);
   const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
-  expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), "merge_attention");
+  expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), what);
+}
+
+TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
+  // Three parts of the keys, one of them empty: [0, 80), [80, 80), [80, 203).
+  check_merge_of_parts<TypeParam>({2, 4, 2, 29, 203, 32, 24}, 70, {0, 80, 80, 203}, "merge_attention");
 }
 
 TYPED_TEST(AttentionTest, MergeAttentionOfOneRow) {
   // Fewer rows than threads: merge_attention takes a column per work item (where the space has
-  // more than one thread), each merging the row's states itself.
-  using T = TypeParam;
-  const AttnShape s{1, 1, 1, 1, 301, 16, 24};
-  const auto a = make_attn_data<T>(s, 75);
-  auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, false, a.q);
-  auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, false, a.k);
-  auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, false, a.v);
-  const std::size_t cuts[] = {0, 7, 7, 150, 151, s.Nk};  // five parts, one of them empty
-  Kokkos::View<T*****, AMem> o_parts("o_parts", 5, s.B, s.Hq, s.Nq, s.Dv);
-  Kokkos::View<T****, AMem> lse_parts("lse_parts", 5, s.B, s.Hq, s.Nq);
-  for (int p = 0; p < 5; ++p) {
-    const auto keys = std::make_pair(cuts[p], cuts[p + 1]);
-    auto kp = Kokkos::subview(k.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
-    auto vp = Kokkos::subview(v.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
-    auto op = Kokkos::subview(o_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
-    auto lp = Kokkos::subview(lse_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
-    kflash::attention(AExec(), q.view, kp, vp, op, kflash::AttentionOptions(), lp);
-  }
-  Kokkos::View<T****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
-  Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
-  kflash::merge_attention(AExec(), o_parts, lse_parts, o, lse);
-  const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
-  expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), "merge of one row");
+  // more than one thread), each merging the row's states itself. Five parts, one of them empty.
+  check_merge_of_parts<TypeParam>({1, 1, 1, 1, 301, 16, 24}, 75, {0, 7, 7, 150, 151, 301}, "merge of one row");
 }
 
 TYPED_TEST(AttentionTest, DefaultExecutionSpaceWithoutLse) {
