@@ -47,7 +47,7 @@ double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
   exec.fence();
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   int calls = 1;
-  if (!kflash::impl::RowTraits<Exec>::is_host && warm < 1e-3) calls = warm > 1e-5 ? int(1e-3 / warm) + 1 : 100;
+  if (!kflash::impl::ScheduleTraits<Exec>::is_host && warm < 1e-3) calls = warm > 1e-5 ? int(1e-3 / warm) + 1 : 100;
   double total = 0;
   for (auto _ : state) {
     exec.fence();
@@ -126,7 +126,7 @@ inline void gemm(bool trans_b, int m, int n, int k, double alpha, const double* 
 template <class Exec>
 void limit_bandwidth(benchmark::State& state, const std::string& backend, int kind) {
   using mem = typename Exec::memory_space;
-  const index_t n = index_t(1) << (kflash::impl::RowTraits<Exec>::is_host ? 25 : 27);
+  const index_t n = index_t(1) << (kflash::impl::ScheduleTraits<Exec>::is_host ? 25 : 27);
   const Exec exec;
   Kokkos::View<double*, mem> a("a", n), b("b", n), c("c", n);
   Kokkos::deep_copy(a, 1.0);
@@ -135,13 +135,13 @@ void limit_bandwidth(benchmark::State& state, const std::string& backend, int ki
   double sink = 0;
   // Devices: each thread takes `ways` elements n / ways apart, so that every warp access stays
   // coalesced and each thread has several independent loads in flight.
-  constexpr index_t ways = kflash::impl::RowTraits<Exec>::is_host ? 1 : 4;
+  constexpr index_t ways = kflash::impl::ScheduleTraits<Exec>::is_host ? 1 : 4;
   const index_t part = n / ways;
   const double s = run_timed(state, exec, [&] {
     if (kind == 0) {
       // On the host, one dependent add per element would make this a measure of the add latency
       // (about half the bandwidth on the 2-core Xeon): each step sums a group in 4 independent chains.
-      constexpr index_t group = kflash::impl::RowTraits<Exec>::is_host ? 16 : ways;
+      constexpr index_t group = kflash::impl::ScheduleTraits<Exec>::is_host ? 16 : ways;
       Kokkos::parallel_reduce(
           "bench::read", Kokkos::RangePolicy<Exec>(exec, 0, n / group),
           KOKKOS_LAMBDA(index_t g, double& acc) {
@@ -305,10 +305,14 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
     record_baseline(key, s, 2.0 * rows * sizeof(T));  // the row maxima and sums
     return;
   }
-  const auto plan = kflash::impl::plan_rows<T>(exec, rows, cols);
+  using Traits = kflash::impl::ScheduleTraits<Exec>;
+  const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
   double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
-  if (kflash::impl::RowTraits<Exec>::is_host && kind == RowKind::softmax)  // team scratch for the weights
-    extra += double(exec.concurrency()) * double(kflash::impl::host_weights_bytes<T>(kflash::impl::RowOp::softmax, plan));
+  if constexpr (Traits::host_kernels) {  // team scratch for softmax's weights
+    if (kind == RowKind::softmax)
+      extra += double(exec.concurrency()) *
+               double(kflash::impl::host::plan_host_rows<T>(kflash::impl::RowOp::softmax, plan).weights_bytes);
+  }
   set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
 }
 
@@ -371,12 +375,13 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     return;
   }
   kflash::impl::AttentionPlan p;
-  p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D, p.causal = c.causal;
-  p = kflash::impl::plan_attention<T>(exec, p, opt);
+  p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
+  p.mask = kflash::impl::KeyMask{c.Nq, c.Nk, c.causal};
+  p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
   const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
   // Host attention is held against the BLAS GEMM of the same threads, device attention against
   // the device's multiply-add limit.
-  const bool host = kflash::impl::RowTraits<Exec>::is_host;
+  const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
   const std::string limit = backend + (c.decode              ? "/read_bw"
                                        : !host               ? (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")
                                        : sizeof(T) == 4      ? "/sgemm"

@@ -51,7 +51,7 @@ template <class Exec>
 void register_backend(Registry& reg) {
   const std::string be = Exec::name();
   if (!reg.opt.backend.empty() && reg.opt.backend != be) return;
-  const bool host = kflash::impl::RowTraits<Exec>::is_host;
+  const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
   const int threads = Exec().concurrency();
 
   const char* bw[] = {"read_bw", "copy_bw", "triad_bw"};

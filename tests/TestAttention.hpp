@@ -347,13 +347,13 @@ TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
   using T = TypeParam;
   using kflash::impl::TeamAttentionShape;
   if (AExec().concurrency() >= 2) {
-    team_schedule_cases<T, TeamAttentionShape<T, 8, 8, 2, 4, 16, kflash::impl::RowTraits<AExec>::is_host ? 4 : 1>>();
+    team_schedule_cases<T, TeamAttentionShape<T, 8, 8, 2, 4, 16, kflash::impl::ScheduleTraits<AExec>::is_host ? 4 : 1>>();
   } else {
     team_schedule_cases<T, TeamAttentionShape<T, 8, 8, 2, 4, 16, 8>>();
   }
   // The traits' own shapes, whatever space this is.
-  using traits = kflash::impl::AttentionTraits<AExec>;
-  if (!traits::is_host) {
+  using traits = kflash::impl::ScheduleTraits<AExec>;
+  if constexpr (!traits::host_kernels) {
     team_schedule_cases<T, typename traits::template team_shape<T, 64, false>>();
     team_schedule_cases<T, typename traits::template team_shape<T, 128, false>>();
     team_schedule_cases<T, typename traits::template team_shape<T, 64, true>>();

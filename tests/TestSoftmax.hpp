@@ -150,8 +150,8 @@ TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
         std::vector<T> y = in_place ? flat : std::vector<T>(flat.size(), T(7));
         const T* x = in_place ? y.data() : flat.data();
         host::RowBlock<T> block{kflash::impl::RowOp::softmax, x, cols, y.data(), cols, nullptr, 0, n_rows, cols,
-                                stream, weights.data()};
-        host::run(block);
+                                stream, host::WeightsAt::scratch, weights.data()};
+        host::run_rows(block);
         for (index_t r = 0; r < n_rows; ++r) {
           const T* row = flat.data() + r * cols;
           expect_row_matches(reference_row(row, std::size_t(cols)), row, y.data() + r * cols, std::size_t(cols), false,
@@ -276,7 +276,7 @@ TYPED_TEST(SoftmaxTest, LargeOutputStreamed) {
   // columns). Rows of odd lengths start at every alignment; in place too. (On devices these are
   // two more large cases.)
   using T = TypeParam;
-  const std::size_t stream = std::size_t(kflash::impl::host::stream_bytes) / sizeof(T);
+  const std::size_t stream = std::size_t(kflash::impl::HostTraits::stream_bytes) / sizeof(T);
   for (std::size_t cols : {stream / 16 + 3, std::size_t(1003)}) {
     const std::size_t rows = stream / cols + 1;
     const auto host = normal_values<T>(rows * cols, unsigned(cols), 3.0);

@@ -203,7 +203,8 @@ TYPED_TEST(SoftmaxStateTest, HostKernelExpAccuracy) {
   std::vector<T> x(k + special.size()), y(x.size());
   for (std::size_t i = 0; i < k; ++i) x[i] = i % 2 ? T(u(gen) * C::lowest) : T(-std::pow(10.0, -12 * u(gen)));
   for (std::size_t i = 0; i < special.size(); ++i) x[k + i] = special[i];
-  host::row_step<T>(host::RowStep::prob, x.data(), y.data(), kflash::impl::index_t(x.size()), T(0), T(1));
+  const kflash::SoftmaxNormalizer<T> identity(kflash::SoftmaxState<T>::of(T(0)));  // exp(x - 0) / 1
+  host::write_row(kflash::impl::RowOp::softmax, x.data(), y.data(), kflash::impl::index_t(x.size()), identity, false);
   ld worst = 0;
   for (std::size_t i = 0; i < k; ++i) {
     const ld ref = std::exp(ld(x[i]));
@@ -242,11 +243,11 @@ TYPED_TEST(SoftmaxStateTest, HostKernelShortRowLogAccuracy) {
   }
   for (RowOp op : {RowOp::logsumexp, RowOp::log_softmax}) {
     host::RowBlock<T> block{op, x.data(), cols, y.data(), cols, out.data(), 1, rows, cols};
-    host::run(block);
+    host::run_rows(block);
     ld worst = 0;
     for (index_t r = 0; r < rows; ++r) {
       const T* row = x.data() + r * cols;
-      const auto s = kflash::impl::serial_tile_state<T>(index_t(0), cols, ElementOf<T>{row}, Discard<T>{});
+      const auto s = kflash::impl::tile_state<kflash::impl::ScalarLanes<T>, T>(index_t(0), cols, ElementOf<T>{row}, Discard<T>{});
       const ld log_l = std::log(ld(s.total()));
       if (op == RowOp::logsumexp) {
         const ld ref = ld(s.max) + log_l;

@@ -10,11 +10,34 @@ namespace kflash {
 /// The output is O / l. States merge like SoftmaxState, O with the same factors, so partial results
 /// over disjoint key sets combine exactly (split-K/V, KV-cache chunks, ring attention).
 /// A row that saw no key (or only -inf scores) has l = 0 and outputs 0; a NaN score makes it NaN.
+/// How a running attention output O changes when its row's state absorbs another state: the
+/// factors of SoftmaxState::merge, l = fa * l + fb * l_other, give O = fa * O + fb * X, where X is
+/// the other side's output (its O, one key's value row, or a tile's P V with P its weights). Every
+/// kernel (prefill, split-K/V, merge_attention, AttentionState, users' own) updates O through this.
+template <class T>
+struct OutputFactors {
+  T fa = T(1);
+  T fb = T(0);
+
+  /// Merges `other` into the row state `row`; returns the factors for the row's O.
+  KOKKOS_INLINE_FUNCTION static OutputFactors merge(SoftmaxState<T>& row, const SoftmaxState<T>& other) {
+    OutputFactors f;
+    row.merge(other, f.fa, f.fb);
+    return f;
+  }
+
+  /// fa * o + fb * x for one column.
+  KOKKOS_INLINE_FUNCTION T merged(T o, T x) const { return o * fa + fb * x; }
+  /// The same in two parts, for kernels that form X = sum_j p_j v_j by products: o * fa, to which
+  /// the products of the weights fb * p_j with V are added.
+  KOKKOS_INLINE_FUNCTION T kept(T o) const { return o * fa; }
+  KOKKOS_INLINE_FUNCTION T weight(T p) const { return fb * p; }
+};
+
 template <class T, int Dv>
 struct AttentionState {
   static_assert(Dv >= 1, "kflash::AttentionState: Dv must be at least 1");
   using value_type = T;
-  static constexpr int dv = Dv;
 
   SoftmaxState<T> s;
   T o[Dv];
@@ -29,16 +52,14 @@ struct AttentionState {
   /// Adds one key with score `score` and value row v (v(d) for d < Dv).
   template <class VRow>
   KOKKOS_INLINE_FUNCTION void push(T score, const VRow& v) {
-    T fa, fb;
-    s.merge(SoftmaxState<T>::of(score), fa, fb);
-    for (int d = 0; d < Dv; ++d) o[d] = o[d] * fa + fb * v(d);
+    const auto f = OutputFactors<T>::merge(s, SoftmaxState<T>::of(score));
+    for (int d = 0; d < Dv; ++d) o[d] = f.merged(o[d], v(d));
   }
 
   /// Merges another state (over other keys) into this one.
   KOKKOS_INLINE_FUNCTION void merge(const AttentionState& other) {
-    T fa, fb;
-    s.merge(other.s, fa, fb);
-    for (int d = 0; d < Dv; ++d) o[d] = o[d] * fa + other.o[d] * fb;
+    const auto f = OutputFactors<T>::merge(s, other.s);
+    for (int d = 0; d < Dv; ++d) o[d] = f.merged(o[d], other.o[d]);
   }
 
   /// The attention output O / l for column d (0 for a row without keys, NaN for a NaN row).

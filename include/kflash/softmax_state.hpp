@@ -2,7 +2,7 @@
 #pragma once
 
 #include <kflash/impl/compat.hpp>
-#include <kflash/impl/fast_exp.hpp>
+#include <kflash/impl/math.hpp>
 
 #include <type_traits>
 
@@ -34,6 +34,12 @@ struct SoftmaxState {
     return SoftmaxState{-impl::infinity<T>(), T(0), T(0)};
   }
 
+  /// The state of a set whose maximum is max and whose weights exp(x_i - max) were summed into
+  /// `weights` (a state used as a compensated sum: its own max stays -inf).
+  KOKKOS_INLINE_FUNCTION static SoftmaxState of_weights(T max, const SoftmaxState& weights) {
+    return SoftmaxState{max, weights.sum, weights.comp};
+  }
+
   /// The state of a single element x.
   KOKKOS_INLINE_FUNCTION static SoftmaxState of(T x) {
     SoftmaxState s = identity();
@@ -46,7 +52,10 @@ struct SoftmaxState {
 
   /// log(sum_i exp(x_i)) = max + log(l): -inf for the empty state, +inf if an entry is +inf,
   /// NaN if an entry is NaN.
-  KOKKOS_INLINE_FUNCTION T logsumexp() const { return max + impl::log(total()); }
+  KOKKOS_INLINE_FUNCTION T logsumexp() const { return logsumexp(impl::log(total())); }
+
+  /// The same, with log(total()) computed by the caller (rows that take their logs together).
+  KOKKOS_INLINE_FUNCTION T logsumexp(T log_total) const { return max + log_total; }
 
   /// Adds exp(x - max) for an x <= max (or NaN).
   KOKKOS_INLINE_FUNCTION void add_term(T t) {
@@ -114,7 +123,11 @@ struct SoftmaxNormalizer {
   T inv_sum;
   T log_sum;
 
-  KOKKOS_INLINE_FUNCTION explicit SoftmaxNormalizer(const SoftmaxState<T>& s, Normalize what = Normalize::prob) {
+  KOKKOS_INLINE_FUNCTION explicit SoftmaxNormalizer(const SoftmaxState<T>& s, Normalize what = Normalize::prob)
+      : SoftmaxNormalizer(s, what, what == Normalize::log_prob ? impl::log(s.total()) : T(0)) {}
+
+  /// The same, with log(s.total()) computed by the caller (rows that take their logs together).
+  KOKKOS_INLINE_FUNCTION SoftmaxNormalizer(const SoftmaxState<T>& s, Normalize what, T log_total) {
     const T l = s.total();
     const T inf = impl::infinity<T>();
     if (l != l || s.max == inf) {  // NaN entry, or +inf entry: the whole row is NaN
@@ -128,7 +141,7 @@ struct SoftmaxNormalizer {
     } else {
       shift = s.max;
       inv_sum = what == Normalize::prob ? T(1) / l : impl::quiet_nan<T>();
-      log_sum = what == Normalize::log_prob ? impl::log(l) : impl::quiet_nan<T>();
+      log_sum = what == Normalize::log_prob ? log_total : impl::quiet_nan<T>();
     }
   }
 
@@ -183,136 +196,6 @@ struct OnlineSoftmax {
 
 template <class T>
 OnlineSoftmax(SoftmaxState<T>&) -> OnlineSoftmax<T, Kokkos::HostSpace>;
-
-namespace impl {
-
-/// Max reducer whose identity is -inf and which ignores NaN (Kokkos::Max starts from the lowest
-/// finite value, which would hide a row of only -inf).
-template <class T>
-struct MaxOf {
-  using reducer = MaxOf<T>;
-  using value_type = T;
-  using result_view_type = Kokkos::View<value_type, Kokkos::AnonymousSpace>;
-  result_view_type value_;
-
-  KOKKOS_INLINE_FUNCTION MaxOf(value_type& value) : value_(&value) {}
-  KOKKOS_INLINE_FUNCTION void join(value_type& dest, const value_type& src) const {
-    if (src > dest) dest = src;
-  }
-  KFLASH_IMPL_VOLATILE_JOIN(value_type)
-  KOKKOS_INLINE_FUNCTION void init(value_type& val) const { val = -infinity<T>(); }
-  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *value_.data(); }
-  KOKKOS_INLINE_FUNCTION result_view_type view() const { return value_; }
-  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
-};
-
-/// The state of the values value(i), i in [b, e), over a team thread's vector lanes: the maximum
-/// first, then a compensated sum of the weights exp(value - max). Summing against a fixed maximum
-/// means no rescale per element: long or monotone runs keep full accuracy.
-template <class T, class Member, class Index, class F>
-KOKKOS_INLINE_FUNCTION SoftmaxState<T> vector_tile_state(const Member& team, Index b, Index e,
-                                                         const F& value) {
-  T m;
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, b, e),
-      [&](Index i, T& acc) {
-        const T v = value(i);
-        if (v > acc) acc = v;
-      },
-      MaxOf<T>(m));
-  SoftmaxState<T> sum;  // its max stays -inf: merges of such states add the sums (compensated)
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, b, e),
-      [&](Index i, SoftmaxState<T>& acc) { acc.add_term(SoftmaxState<T>::weight(value(i), m)); },
-      OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
-  return SoftmaxState<T>{m, sum.sum, sum.comp};
-}
-
-/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), for one thread: a plain loop
-/// over `lanes` independent partial maxima, which compilers vectorise.
-constexpr int serial_lanes = 16;
-
-template <class T, class Index, class F>
-KOKKOS_INLINE_FUNCTION T lanes_max(Index b, Index e, const F& value) {
-  constexpr int lanes = serial_lanes;
-  const Index full = b + (e - b) / lanes * lanes;
-  T lane[lanes];
-  for (int l = 0; l < lanes; ++l) lane[l] = -infinity<T>();
-  for (Index i = b; i < full; i += lanes)
-    for (int l = 0; l < lanes; ++l) {
-      const T v = value(i + l);
-      lane[l] = v > lane[l] ? v : lane[l];
-    }
-  T m = -infinity<T>();
-  for (int l = 0; l < lanes; ++l) m = lane[l] > m ? lane[l] : m;
-  for (Index i = full; i < e; ++i) {
-    const T v = value(i);
-    m = v > m ? v : m;
-  }
-  return m;
-}
-
-/// Adds the terms term(i), i in [b, e), to `sum` (a state whose max stays -inf: a compensated sum),
-/// each term also handed to store(i, term). The terms go to `lanes` independent partial sums (a
-/// vectorisable loop; each sums (e - b) / lanes terms), added by a tree, lane l with lane l + half
-/// for half = lanes / 2, ..., 1 (each level a vectorisable loop), the root then to `sum`. The tree
-/// adds at most log2(lanes) roundings to the lanes' own; the tiles' sums merge compensated. Keep
-/// e - b to a tile: the lanes' sums are not compensated. (src/host_kernels.cpp's tile_state does
-/// the same additions in the same order on vector registers.)
-template <class T, class Index, class Term, class Store>
-KOKKOS_INLINE_FUNCTION void lanes_add_terms(Index b, Index e, const Term& term, const Store& store,
-                                            SoftmaxState<T>& sum) {
-  constexpr int lanes = serial_lanes;
-  const Index full = b + (e - b) / lanes * lanes;
-  T lane[lanes];
-  for (int l = 0; l < lanes; ++l) lane[l] = T(0);
-  for (Index i = b; i < full; i += lanes)
-    for (int l = 0; l < lanes; ++l) {
-      const T w = term(i + l);
-      store(i + l, w);
-      lane[l] += w;
-    }
-  for (Index i = full; i < e; ++i) {
-    const T w = term(i);
-    store(i, w);
-    sum.add_term(w);
-  }
-  for (int half = lanes / 2; half >= 1; half /= 2)
-    for (int l = 0; l < half; ++l) lane[l] += lane[l + half];
-  sum.add_term(lane[0]);
-}
-
-/// Adds the weights exp(value(i) - m), i in [b, e), to `sum` as lanes_add_terms does. For a finite
-/// m the weight is exp_nonpositive(value - m) itself (the contract's special cases arise only for
-/// an infinite maximum), so the common case skips weight()'s select.
-template <class T, class Index, class F, class Store>
-KOKKOS_INLINE_FUNCTION void lanes_add_weights(Index b, Index e, const F& value, T m, const Store& store,
-                                              SoftmaxState<T>& sum) {
-  if (m - m == T(0)) {
-    lanes_add_terms<T>(b, e, [&](Index i) { return exp_nonpositive(value(i) - m); }, store, sum);
-  } else {
-    lanes_add_terms<T>(b, e, [&](Index i) { return SoftmaxState<T>::weight(value(i), m); }, store, sum);
-  }
-}
-
-/// The state of value(i), i in [b, e), whose maximum (NaN ignored) is m, for one thread: the
-/// weights against m, each also handed to store(i, weight).
-template <class T, class Index, class F, class Store>
-KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(T m, Index b, Index e, const F& value,
-                                                         const Store& store) {
-  SoftmaxState<T> sum = SoftmaxState<T>::identity();
-  lanes_add_weights<T>(b, e, value, m, store, sum);
-  return SoftmaxState<T>{m, sum.sum, sum.comp};
-}
-
-/// The same, the tile's maximum found first with lanes_max.
-template <class T, class Index, class F, class Store>
-KOKKOS_INLINE_FUNCTION SoftmaxState<T> serial_tile_state(Index b, Index e, const F& value,
-                                                         const Store& store) {
-  return serial_tile_state<T>(lanes_max<T>(b, e, value), b, e, value, store);
-}
-
-}  // namespace impl
 
 template <class T, class... Props>
 OnlineSoftmax(const Kokkos::View<SoftmaxState<T>, Props...>&)

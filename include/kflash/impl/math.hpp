@@ -1,5 +1,6 @@
-// exp for the arguments kflash evaluates (x <= 0, -inf, NaN), written so that compilers vectorise
-// loops that call it: no branches beyond selects, no library call, no float-to-int conversion.
+// The math kflash evaluates, one home for its constants: exp for arguments <= 0 (and -inf, NaN) and
+// log for a finished state's total, written so that compilers vectorise loops that call them (no
+// branches beyond selects, no library call, no float-to-int conversion).
 #pragma once
 
 #include <kflash/impl/compat.hpp>
@@ -9,6 +10,9 @@
 #include <type_traits>
 
 namespace kflash::impl {
+
+/// Indices and extents.
+using index_t = std::int64_t;
 
 template <class T>
 struct ExpConstants;
@@ -95,6 +99,12 @@ KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   return bits_as<T>(bits_as<bits_type>(p * scale) & ~under);
 }
 
+/// Whether x is finite: x - x is 0 for finite x, NaN for infinities and NaN.
+template <class T>
+KOKKOS_INLINE_FUNCTION bool is_finite(T x) {
+  return x - x == T(0);
+}
+
 /// a and b have the same bits (a == b but for signed zeros, whose exp(a - b) is 1 anyway) ?
 /// if_same : otherwise, as integer masks, like exp_nonpositive.
 template <class T>
@@ -102,6 +112,45 @@ KOKKOS_INLINE_FUNCTION T select_same_bits(T a, T b, T if_same, T otherwise) {
   using bits_type = typename ExpConstants<T>::bits_type;
   const bits_type same = -bits_type(bits_as<bits_type>(a) == bits_as<bits_type>(b));
   return bits_as<T>((bits_as<bits_type>(if_same) & same) | (bits_as<bits_type>(otherwise) & ~same));
+}
+
+/// log_of_total's domain: the totals l of finished states of finite entries (their maximum weighs
+/// exactly 1, so l >= 1), up to fp64's largest power of two.
+KOKKOS_INLINE_FUNCTION bool in_log_of_total_range(double l) { return l >= 1.0 && l <= 0x1p1023; }
+
+/// log(l) for l in log_of_total's domain, in double, within an ulp of libm's log, written so that
+/// loops over it vectorise (libm's log is a call per element). l = 2^e f with f in [sqrt(1/2),
+/// sqrt(2)), t = f - 1 (exact), s = t / (2 + t), log f = 2 atanh(s) = t - (t^2/2 - s (t^2/2 +
+/// R(s^2))), R by its series (s^2 <= 0.0295: the terms left out are below 1e-17 of the result); e ln2
+/// in two parts.
+KOKKOS_INLINE_FUNCTION double log_of_total(double l) {
+  using C = ExpConstants<double>;
+  using bits_type = C::bits_type;
+  constexpr bits_type sqrt_half_bits = 0x3fe6a09e667f3bcdLL;  // sqrt(1/2) rounded down
+  constexpr bits_type one_bits = 0x3ff0000000000000LL;
+  constexpr bits_type mantissa = (bits_type(1) << C::mantissa_bits) - 1;
+  // Adding 1 - sqrt(1/2) to the bits carries into the exponent exactly when f >= sqrt(2).
+  const bits_type u = bits_as<bits_type>(l) + (one_bits - sqrt_half_bits);
+  const bits_type e = (u >> C::mantissa_bits) - C::exponent_bias;  // in [0, 1023]
+  const double f = bits_as<double>((u & mantissa) + sqrt_half_bits);
+  // e as a double without an integer conversion (which AVX2 lacks for 64-bit integers).
+  const double ed = bits_as<double>(bits_type(0x4330000000000000LL) | e) - 4503599627370496.0;
+  const double t = f - 1.0;
+  const double s = t / (2.0 + t);
+  const double z = s * s;
+  double r = 2.0 / 21.0;  // R(z) = sum_{k=1..10} 2 z^k / (2k + 1), by Horner's rule
+  r = 2.0 / 19.0 + z * r;
+  r = 2.0 / 17.0 + z * r;
+  r = 2.0 / 15.0 + z * r;
+  r = 2.0 / 13.0 + z * r;
+  r = 2.0 / 11.0 + z * r;
+  r = 2.0 / 9.0 + z * r;
+  r = 2.0 / 7.0 + z * r;
+  r = 2.0 / 5.0 + z * r;
+  r = 2.0 / 3.0 + z * r;
+  r *= z;
+  const double half_t2 = 0.5 * t * t;
+  return ed * C::ln2_hi + ((ed * C::ln2_lo) + (t - (half_t2 - s * (half_t2 + r))));
 }
 
 }  // namespace kflash::impl

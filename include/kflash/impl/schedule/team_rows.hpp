@@ -8,9 +8,8 @@
 // Both reduce with the monoid: lanes by vector reductions, threads by the team reduction.
 #pragma once
 
-#include <kflash/impl/rows.hpp>
+#include <kflash/impl/schedule/row_kernel.hpp>
 #include <kflash/impl/workspace.hpp>
-#include <kflash/softmax_state.hpp>
 
 #include <string>
 
@@ -44,26 +43,14 @@ struct LaneRowKernel {
     const index_t r = index_t(team.league_rank()) * team.team_size() + team.team_rank();
     if (r >= rows) return;  // only vector-level collectives below: no team barrier to miss
     const Buffer buf(team.thread_scratch(0), cols);
-    T m;
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, cols),
-        [&](index_t i, T& acc) {
-          const T v = x(r, i);
-          buf(i) = v;
-          if (v > acc) acc = v;
-        },
-        MaxOf<T>(m));
-    // Each lane reads back the elements it staged (the same lanes take the same indices).
-    SoftmaxState<T> sum;
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, cols),
-        [&](index_t i, SoftmaxState<T>& acc) {
-          const T w = SoftmaxState<T>::weight(buf(i), m);
-          if constexpr (Op == RowOp::softmax) buf(i) = w;
-          acc.add_term(w);
-        },
-        OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
-    const SoftmaxState<T> state{m, sum.sum, sum.comp};
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](index_t i) { buf(i) = x(r, i); });
+    // Each lane reads back the elements it staged (the same lanes take the same indices); softmax
+    // keeps the weights in their place.
+    auto staged = [&](index_t i) { return buf(i); };
+    const VectorRangeLanes<T, member_type> lanes(team);
+    const SoftmaxState<T> state =
+        Op == RowOp::softmax ? lanes.tile_state(0, cols, staged, [&](index_t i, T w) { buf(i) = w; })
+                             : lanes.tile_state(0, cols, staged, NoStore<T>{});
     if constexpr (Op == RowOp::logsumexp) {
       Kokkos::single(Kokkos::PerThread(team), [&]() { y(r, 0) = state.logsumexp(); });
     } else {
@@ -106,10 +93,12 @@ struct TeamRowKernel {
     if (phase == RowPhase::finish) {
       state = ws(r, plan.chunks);  // the row's state, merged from its chunks' by RowStateMerge
     } else {
+      // The tile recurrence over the team: the maximum, then the weights against it, each reduced
+      // across the team's threads (sums merged compensated).
       T m = -infinity<T>();
       for (int k = 0; k < Regs; ++k) m = v[k] > m ? v[k] : m;
       team.team_reduce(MaxOf<T>(m));
-      SoftmaxState<T> sum = SoftmaxState<T>::identity();  // its max stays -inf: a compensated sum
+      SoftmaxState<T> sum = SoftmaxState<T>::identity();
       for (int k = 0; k < Regs; ++k) {
         if (rank + k * size >= n) break;  // the team has fewer than Regs elements per thread
         const T w = SoftmaxState<T>::weight(v[k], m);
@@ -117,7 +106,7 @@ struct TeamRowKernel {
         sum.add_term(w);
       }
       team.team_reduce(OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
-      state = SoftmaxState<T>{m, sum.sum, sum.comp};
+      state = SoftmaxState<T>::of_weights(m, sum);
     }
     if (phase == RowPhase::partial) {
       if (rank == 0) ws(r, c) = state;

@@ -1,0 +1,90 @@
+// The host schedule of attention: a team of one thread per block of query rows stages the block's
+// Q and each K/V tile into its scratch (or points at them in place), and hands every tile to the
+// compiled tile kernel.
+#pragma once
+
+#include <kflash/impl/host/host_kernels.hpp>
+#include <kflash/impl/schedule/attention_plan.hpp>
+
+namespace kflash::impl::host {
+
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct HostAttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T;
+  using typename Base::Row;
+  using Base::p;
+  using Base::q;
+  using Base::k;
+  using Base::v;
+  using Base::scale;
+  using Base::row_of;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using scratch_space = typename ExecSpace::scratch_memory_space;
+  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
+  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
+  using Ranges = Kokkos::View<KeyRange*, scratch_space, Kokkos::MemoryUnmanaged>;
+
+  /// q, K transposed, V, scores, O (V and O padded), states, each row's keys in the tile.
+  static std::size_t scratch_bytes(const AttentionPlan& p) {
+    return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.D, p.bk) + Tile::shmem_size(p.bk, p.dvp) +
+           Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.dvp) + States::shmem_size(p.bq) +
+           Ranges::shmem_size(p.bq);
+  }
+
+  void operator()(const member_type& team) const {
+    const typename Base::Block w = this->block_of(team.league_rank());
+    const index_t b = w.b, hk = w.hk, rho0 = w.rho0, nrows = w.nrows;
+    const auto& scratch = team.team_scratch(this->scratch_level);
+    Tile qs(scratch, p.bq, p.D), kt(scratch, p.D, p.bk), vs(scratch, p.bk, p.dvp);
+    Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.dvp);
+    States st(scratch, p.bq);
+    Ranges keys(scratch, p.bq);
+    for (index_t r = 0; r < nrows; ++r) {
+      const Row row = row_of(hk, rho0 + r);
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.dvp; ++d) os(r, d) = T(0);
+      st(r) = SoftmaxState<T>::identity();
+    }
+    for (index_t j = 0; j < p.bk; ++j)
+      for (index_t d = p.Dv; d < p.dvp; ++d) vs(j, d) = T(0);
+    AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), keys.data(),
+                          nrows,     0,         p.bk,      p.D,       p.dvp};
+    tile.ldv = p.dvp;
+    // Rows of K and V with unit stride are read in place (V when no padding is needed): K by dot
+    // products for blocks of at most dot_rows query rows (decode), where staging K transposed would
+    // cost more than the products; V always.
+    const bool k_in_place = k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
+    const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
+    for (index_t t0 = w.kb; t0 < w.ke; t0 += p.bk) {
+      tile.nk = w.ke - t0 < p.bk ? w.ke - t0 : p.bk;
+      if (k_in_place) {
+        tile.k = &k(b, hk, t0, 0);
+        tile.ldk = index_t(k.stride(2));
+      } else {
+        for (index_t j = 0; j < tile.nk; ++j)
+          for (index_t d = 0; d < p.D; ++d) kt(d, j) = k(b, hk, t0 + j, d);
+      }
+      if (v_in_place) {
+        tile.v = &v(b, hk, t0, 0);
+        tile.ldv = index_t(v.stride(2));
+      } else {
+        for (index_t j = 0; j < tile.nk; ++j)
+          for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+      }
+      for (index_t r = 0; r < nrows; ++r) keys(r) = this->keys_of(row_of(hk, rho0 + r).i).in_tile(t0, tile.nk);
+      if (k_in_place && v_in_place) {  // the next tile's rows, asked for while this one is computed
+        const index_t next_end = t0 + 2 * p.bk < w.ke ? t0 + 2 * p.bk : w.ke;
+        for (index_t j = t0 + p.bk; j < next_end; ++j) {
+          prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
+          prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
+        }
+      }
+      attention_tile(tile);
+    }
+    for (index_t r = 0; r < nrows; ++r)
+      this->store(w, row_of(hk, rho0 + r), [&](index_t d) { return os(r, d); }, st(r));
+  }
+};
+
+}  // namespace kflash::impl::host

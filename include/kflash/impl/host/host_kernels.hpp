@@ -1,0 +1,102 @@
+// The compiled host kernels (src/host/): raw-pointer inner loops on contiguous memory, compiled once
+// for several x86-64 instruction sets (AVX-512, AVX2 + FMA and the baseline); each call runs the
+// best variant the CPU supports, so users' compiler flags do not decide the vector width. Their
+// knobs are HostTraits'. The host schedules (host_rows.hpp, host_attention.hpp) call them.
+#pragma once
+
+#include <kflash/impl/tile/attention_step.hpp>
+#include <kflash/impl/traits.hpp>
+
+namespace kflash::impl::host {
+
+/// Instruction sets the host kernels are built for.
+enum class Isa { baseline, avx2, avx512 };
+
+/// The variant in use: the best the CPU supports, or a lower one named by the environment variable
+/// KFLASH_HOST_ISA (baseline, avx2, avx512), read once. Non-x86 builds and builds through nvcc have
+/// only the baseline.
+Isa isa();
+const char* isa_name(Isa);
+
+/// The state (m, l) of x[0, n), by tiles of HostTraits::tile (each tile's maximum first, then its
+/// weights), through the variant `which` (default: isa()).
+SoftmaxState<float> row_state(const float* x, index_t n);
+SoftmaxState<double> row_state(const double* x, index_t n);
+SoftmaxState<float> row_state(Isa which, const float* x, index_t n);
+SoftmaxState<double> row_state(Isa which, const double* x, index_t n);
+
+/// y[0, n) = norm.prob(x) (softmax) or norm.log_prob(x) (log_softmax) for a chunk x[0, n) of a row
+/// whose state gave `norm`; with `stream`, through non-temporal stores.
+void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, bool stream);
+void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNormalizer<double>& norm,
+               bool stream);
+
+/// Where softmax keeps each weight exp(x - max) between its two passes, so that it is computed once.
+enum class WeightsAt {
+  recomputed,  ///< nowhere: the write pass computes it again
+  output,      ///< in y, rescaled in place (rows of one tile, and rows that stay in the cache)
+  scratch      ///< in RowBlock::weights (weights_elements(cols) elements)
+};
+
+/// The elements of a row's weights in RowBlock::weights: the weights and one maximum per tile.
+constexpr index_t weights_elements(index_t cols) { return cols + cols / HostTraits::tile + 1; }
+
+/// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
+/// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout]. With `stream`,
+/// rows longer than one tile write with non-temporal stores. The plan decides stream and weights_at
+/// (plan_host_rows); rows of one tile always keep softmax's weights in y.
+template <class T>
+struct RowBlock {
+  RowOp op;
+  const T* x;
+  index_t ldx;
+  T* y;
+  index_t ldy;
+  T* out;
+  index_t ldout;
+  index_t rows, cols;
+  bool stream = false;
+  WeightsAt weights_at = WeightsAt::recomputed;
+  T* weights = nullptr;
+};
+
+void run_rows(const RowBlock<float>& block);
+void run_rows(const RowBlock<double>& block);
+
+/// One K/V tile of attention for a block of query rows, in place on the block's running state:
+///   s = q k^T (rows x bk); the score stage masks each row to its visible keys (keys); per row the
+///   tile's (m, l) and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
+/// q (rows x D, pre-scaled), o (rows x dvp) and s (rows x bk) row-major and contiguous; the keys
+/// either as k (nk rows of D, row stride ldk: K in place, dot products) or, when k is null, as kt
+/// (D x bk: K transposed, broadcast products); v: nk rows of dvp values, row stride ldv. bk and dvp
+/// are multiples of HostTraits::attention_pad; nk <= bk keys are valid. keys[r] are the tile's keys
+/// row r sees, as indices within the tile.
+template <class T>
+struct AttentionTile {
+  const T* q;
+  const T* kt;
+  const T* v;
+  T* s;
+  T* o;
+  SoftmaxState<T>* state;
+  const KeyRange* keys;
+  index_t rows, nk, bk, D, dvp;
+  const T* k = nullptr;
+  index_t ldk = 0;
+  index_t ldv = 0;
+};
+
+void attention_tile(const AttentionTile<float>& tile);
+void attention_tile(const AttentionTile<double>& tile);
+
+/// Asks the memory system for [p, p + bytes) ahead of use, one request per 64-byte line.
+inline void prefetch(const void* p, index_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* c = static_cast<const char*>(p);
+  for (index_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+}  // namespace kflash::impl::host

@@ -1,0 +1,119 @@
+// The host schedule of the row operations on contiguous rows: a team of one thread per work item
+// (several whole rows, or one chunk of a split row), handing the rows to the compiled host kernels.
+#pragma once
+
+#include <kflash/impl/host/host_kernels.hpp>
+#include <kflash/impl/schedule/row_kernel.hpp>
+#include <kflash/impl/workspace.hpp>
+
+#include <string>
+
+namespace kflash::impl::host {
+
+/// A row plan with the host kernels' decisions for it: non-temporal stores, and where softmax keeps
+/// its weights (with the bytes of team scratch that takes).
+struct HostRowPlan {
+  RowPlan rows;
+  bool stream = false;
+  WeightsAt weights_at = WeightsAt::recomputed;
+  std::size_t weights_bytes = 0;
+};
+
+template <class T>
+HostRowPlan plan_host_rows(RowOp op, const RowPlan& rows) {
+  HostRowPlan p;
+  p.rows = rows;
+  const index_t bytes = rows.cols * index_t(sizeof(T));
+  p.stream = rows.rows * bytes >= HostTraits::stream_bytes;
+  if (op != RowOp::softmax) return p;
+  if (rows.cols <= HostTraits::tile || (!p.stream && bytes <= HostTraits::stored_weights_bytes)) {
+    p.weights_at = WeightsAt::output;
+  } else if (rows.chunks == 1 && bytes <= HostTraits::buffered_weights_bytes) {
+    p.weights_at = WeightsAt::scratch;
+    p.weights_bytes = std::size_t(weights_elements(rows.cols)) * sizeof(T);
+  }
+  return p;
+}
+
+template <class ExecSpace, class XRows, class YRows, class Workspace, RowOp Op>
+struct HostRowKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename Workspace::value_type::value_type>;
+
+  XRows x;
+  YRows y;
+  Workspace ws;
+  HostRowPlan plan;
+  RowPhase phase;
+  index_t items_per_row;
+
+  /// In the whole phase an item is plan.rows.rows_per_item rows; otherwise one chunk of a row.
+  void operator()(const member_type& team) const {
+    const RowPlan& p = plan.rows;
+    const index_t item = team.league_rank();
+    if (phase == RowPhase::whole) {
+      const index_t r0 = item * p.rows_per_item;
+      const index_t r1 = r0 + p.rows_per_item < p.rows ? r0 + p.rows_per_item : p.rows;
+      if (r0 >= r1) return;
+      RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, p.cols, plan.stream,
+                        plan.weights_at};
+      if (plan.weights_at == WeightsAt::scratch)
+        block.weights = static_cast<T*>(team.team_scratch(1).get_shmem(plan.weights_bytes));
+      if constexpr (Op == RowOp::logsumexp) {
+        block.out = y.row(r0);
+        block.ldout = y.row_stride();
+      } else {
+        block.y = y.row(r0);
+        block.ldy = y.row_stride();
+      }
+      run_rows(block);
+      return;
+    }
+    const index_t r = item / items_per_row, c = item % items_per_row;
+    const index_t begin = c * p.chunk_len;
+    const index_t n = (begin + p.chunk_len < p.cols ? begin + p.chunk_len : p.cols) - begin;
+    const T* xr = x.row(r) + begin;
+    SoftmaxState<T> s = SoftmaxState<T>::identity();
+    if (phase == RowPhase::partial) {
+      ws(r, c) = row_state(xr, n);
+      return;
+    }
+    for (index_t j = 0; j < p.chunks; ++j) s.merge(ws(r, j));
+    if constexpr (Op == RowOp::logsumexp) {
+      y(r, 0) = s.logsumexp();
+    } else {
+      const SoftmaxNormalizer<T> norm(s, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
+      write_row(Op, xr, y.row(r) + begin, n, norm, plan.stream);
+    }
+  }
+};
+
+/// Runs contiguous rows on a host space through the host kernels.
+template <RowOp Op, class ExecSpace, class XRows, class YRows>
+void run_host_rows(const ExecSpace& exec, const XRows& x, const YRows& y, const RowPlan& rows,
+                   const std::string& label) {
+  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using Workspace = Kokkos::View<SoftmaxState<T>**, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  using Kernel = HostRowKernel<ExecSpace, XRows, YRows, Workspace, Op>;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  const HostRowPlan plan = plan_host_rows<T>(Op, rows);
+  if (rows.chunks == 1) {
+    Policy policy(exec, int((rows.rows + rows.rows_per_item - 1) / rows.rows_per_item), 1, 1);
+    if (plan.weights_bytes > 0) policy.set_scratch_size(1, Kokkos::PerTeam(plan.weights_bytes));
+    Kokkos::parallel_for(label, policy, Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
+    return;
+  }
+  // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
+  // writes one value per row, so its finish phase has one item per row.
+  const CachedWorkspace<Kokkos::HostSpace> scratch(
+      exec, sizeof(SoftmaxState<T>) * std::size_t(rows.rows * rows.chunks), label + " workspace");
+  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), rows.rows, rows.chunks);
+  Kokkos::parallel_for(label + " partial", Policy(exec, int(rows.rows * rows.chunks), 1, 1),
+                       Kernel{x, y, ws, plan, RowPhase::partial, rows.chunks});
+  const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : rows.chunks;
+  Kokkos::parallel_for(label + " finish", Policy(exec, int(rows.rows * finish_per_row), 1, 1),
+                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row});
+  exec.fence();  // the workspace must outlive the kernels
+}
+
+}  // namespace kflash::impl::host

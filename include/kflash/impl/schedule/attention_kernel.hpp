@@ -1,0 +1,80 @@
+// Attention's per-row schedule, for head dimensions beyond the team shapes': a team owns a block of
+// query rows, one thread per row; K/V tiles are staged in team scratch; each row takes the tile step
+// over plain lanes.
+#pragma once
+
+#include <kflash/impl/schedule/attention_plan.hpp>
+
+namespace kflash::impl {
+
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct AttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T;
+  using typename Base::Row;
+  using Base::p;
+  using Base::q;
+  using Base::k;
+  using Base::v;
+  using Base::scale;
+  using Base::row_of;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using scratch_space = typename ExecSpace::scratch_memory_space;
+  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
+  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
+
+  static std::size_t scratch_bytes(const AttentionPlan& p) {
+    return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.bk, p.D) + Tile::shmem_size(p.bk, p.Dv) +
+           Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.Dv) + States::shmem_size(p.bq);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const typename Base::Block w = this->block_of(team.league_rank());
+    const index_t b = w.b, hk = w.hk, rho0 = w.rho0, nrows = w.nrows;
+    const auto& scratch = team.team_scratch(this->scratch_level);
+    Tile qs(scratch, p.bq, p.D), ks(scratch, p.bk, p.D), vs(scratch, p.bk, p.Dv);
+    Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.Dv);
+    States st(scratch, p.bq);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+      const Row row = row_of(hk, rho0 + r);
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.Dv; ++d) os(r, d) = T(0);
+      st(r) = SoftmaxState<T>::identity();
+    });
+
+    for (index_t t0 = w.kb; t0 < w.ke; t0 += p.bk) {
+      const index_t nk = w.ke - t0 < p.bk ? w.ke - t0 : p.bk;
+      team.team_barrier();  // the previous tile is no longer read
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk), [&](index_t j) {
+        for (index_t d = 0; d < p.D; ++d) ks(j, d) = k(b, hk, t0 + j, d);
+        for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+        for (index_t j = 0; j < nk; ++j) {
+          T score = 0;
+          for (index_t d = 0; d < p.D; ++d) score += qs(r, d) * ks(j, d);
+          ss(r, j) = score;
+        }
+        SoftmaxState<T> row = st(r);
+        const OutputFactors<T> f = tile_step<ScalarLanes<T>, T>(
+            row, this->keys_of(row_of(hk, rho0 + r).i).in_tile(t0, nk), nk, [&](index_t j) { return ss(r, j); },
+            [&](index_t j, T x) { ss(r, j) = x; });
+        st(r) = row;
+        for (index_t d = 0; d < p.Dv; ++d) os(r, d) = f.kept(os(r, d));
+        for (index_t j = 0; j < nk; ++j) {
+          const T pj = f.weight(ss(r, j));
+          for (index_t d = 0; d < p.Dv; ++d) os(r, d) += pj * vs(j, d);
+        }
+      });
+    }
+
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+      this->store(w, row_of(hk, rho0 + r), [&](index_t d) { return os(r, d); }, st(r));
+    });
+  }
+};
+
+}  // namespace kflash::impl

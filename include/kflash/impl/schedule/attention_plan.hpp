@@ -1,0 +1,183 @@
+// The plan of an attention call (its shapes, block shape, team shape and key splits, decided once
+// under the space's traits) and the parts of every attention kernel that do not depend on the
+// schedule: which rows, keys and split a team stands for, and where its outputs go.
+#pragma once
+
+#include <kflash/impl/tile/attention_step.hpp>
+#include <kflash/impl/traits.hpp>
+
+#include <type_traits>
+
+namespace kflash::impl {
+
+struct AttentionPlan {
+  index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;
+  KeyMask mask;
+  index_t fixed_splits = 0;  // > 0: the keys split into this many ranges (at most Nk)
+  index_t min_splits = 1;    // otherwise at least this many, more where blocks are too few
+  index_t group = 1;         // query heads per K/V head
+  index_t bq = 0, bk = 0;    // rows per block, keys per tile
+  index_t nqb = 0;           // blocks per K/V head: group * Nq rows
+  index_t dvp = 0;           // host kernels: Dv padded to attention_pad
+  index_t nsplits = 1, split_len = 0;
+  index_t team_size = 1;     // threads per team
+  int team_dv = 0;           // team schedule: the shape's output width (0: AttentionKernel)
+  bool team_narrow = false;  // team schedule: the shape of 8-row blocks
+};
+
+/// Splits the keys across teams where there are too few blocks to fill the machine (or as p's
+/// fixed_splits and min_splits ask); p's block shape is set.
+template <class Traits, class ExecSpace>
+AttentionPlan plan_splits(const ExecSpace& exec, AttentionPlan p) {
+  p.group = p.Hq / p.Hk;
+  p.nqb = (p.group * p.Nq + p.bq - 1) / p.bq;
+  if constexpr (Traits::host_kernels)
+    p.dvp = (p.Dv + Traits::attention_pad - 1) / Traits::attention_pad * Traits::attention_pad;
+  const index_t items = p.B * p.Hk * p.nqb;
+  const index_t threads = exec.concurrency() > 0 ? index_t(exec.concurrency()) : 1;
+  const index_t teams_available = threads / p.team_size;
+  const index_t wanted = Traits::items_per_thread * (teams_available > 0 ? teams_available : 1);
+  index_t splits = 1;
+  if (p.fixed_splits > 0) {
+    splits = p.fixed_splits;
+  } else {
+    if (items < wanted && p.Nk >= 2 * Traits::min_split_keys) {
+      splits = (wanted + items - 1) / items;
+      if (splits > p.Nk / Traits::min_split_keys) splits = p.Nk / Traits::min_split_keys;
+    }
+    if (splits < p.min_splits) splits = p.min_splits;
+  }
+  if (splits > p.Nk) splits = p.Nk;
+  if (splits < 1) splits = 1;
+  p.split_len = p.Nk > 0 ? (p.Nk + splits - 1) / splits : 0;
+  p.nsplits = p.Nk > 0 ? (p.Nk + p.split_len - 1) / p.split_len : 1;
+  return p;
+}
+
+/// The block shape of a schedule: Shape = void for the per-row schedules (AttentionKernel, the host
+/// kernels), else a TeamAttentionShape.
+template <class Traits, class Shape>
+AttentionPlan with_shape(AttentionPlan p) {
+  if constexpr (std::is_void<Shape>::value) {
+    p.bq = Traits::block_q;
+    p.bk = Traits::block_k;
+    p.team_size = Traits::host_kernels ? 1 : Traits::block_q;
+  } else {
+    p.bq = Shape::BQ;
+    p.bk = Shape::BK;
+    p.team_size = Shape::team_size;
+  }
+  return p;
+}
+
+/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones).
+template <class T, class Traits, class F>
+void with_team_shape(const AttentionPlan& p, F&& f) {
+  if constexpr (Traits::host_kernels) {
+    f(static_cast<void*>(nullptr));
+  } else {
+    constexpr int small = Traits::team_dv_small, large = Traits::team_dv_large;
+    using Small = typename Traits::template team_shape<T, small, false>;
+    using SmallNarrow = typename Traits::template team_shape<T, small, true>;
+    using Large = typename Traits::template team_shape<T, large, false>;
+    using LargeNarrow = typename Traits::template team_shape<T, large, true>;
+    if (p.team_dv == small && p.team_narrow) f(static_cast<SmallNarrow*>(nullptr));
+    else if (p.team_dv == small) f(static_cast<Small*>(nullptr));
+    else if (p.team_dv == large && p.team_narrow) f(static_cast<LargeNarrow*>(nullptr));
+    else if (p.team_dv == large) f(static_cast<Large*>(nullptr));
+    else f(static_cast<void*>(nullptr));
+  }
+}
+
+/// The plan of a call whose shapes are in p: its schedule (p.team_dv: 0 for the per-row schedules,
+/// else the team shape's output width; p.team_narrow for blocks of 8 rows where a K/V head has at
+/// most 8 query rows), block shape and key splits.
+template <class T, class Traits, class ExecSpace>
+AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
+  if constexpr (!Traits::host_kernels) {
+    p.team_dv = p.Dv <= Traits::team_dv_small ? Traits::team_dv_small
+                                               : p.Dv <= Traits::team_dv_large ? Traits::team_dv_large : 0;
+  }
+  p.team_narrow = (p.Hq / p.Hk) * p.Nq <= 8;
+  with_team_shape<T, Traits>(p, [&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    p = with_shape<Traits, Shape>(p);
+  });
+  return plan_splits<Traits>(exec, p);
+}
+
+/// The parts of an attention kernel that do not depend on the schedule: which rows, keys and split
+/// a team's league rank stands for, and where a row's output goes. With Partial, a key split's
+/// normalised output and lse go to o(split, ...) and lse(split, ...), in the format
+/// merge_attention() takes; otherwise to the final o and lse.
+template <class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct AttentionKernelBase {
+  using T = typename OV::non_const_value_type;
+
+  QV q;
+  KV k;
+  VV v;
+  OV o;
+  LV lse;
+  bool has_lse;
+  AttentionPlan p;
+  T scale;
+  int scratch_level;
+
+  /// Query head and row of a block's row: row rho of K/V head hk is query row rho % Nq of head
+  /// hk * group + rho / Nq.
+  struct Row {
+    index_t h, i;
+  };
+  KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t rho) const {
+    return Row{hk * p.group + rho / p.Nq, rho % p.Nq};
+  }
+
+  /// A team's work: rows [rho0, rho0 + nrows) of K/V head hk of batch b, against keys [kb, ke).
+  struct Block {
+    index_t b, hk, rho0, nrows, kb, ke, split;
+  };
+  KOKKOS_INLINE_FUNCTION Block block_of(index_t item) const {
+    Block w;
+    w.split = item % p.nsplits;
+    item /= p.nsplits;
+    const index_t qb = item % p.nqb;
+    item /= p.nqb;
+    w.hk = item % p.Hk;
+    w.b = item / p.Hk;
+    w.rho0 = qb * p.bq;
+    w.nrows = p.group * p.Nq - w.rho0 < p.bq ? p.group * p.Nq - w.rho0 : p.bq;
+    w.kb = w.split * p.split_len;
+    w.ke = w.kb + p.split_len < p.Nk ? w.kb + p.split_len : p.Nk;
+    // The tiles no row of the block sees are skipped: the keys end where the block's row that sees
+    // the most keys stops seeing them (its last row, or the last query row where the block spans
+    // two heads).
+    const index_t last_i =
+        w.rho0 / p.Nq == (w.rho0 + w.nrows - 1) / p.Nq ? (w.rho0 + w.nrows - 1) % p.Nq : p.Nq - 1;
+    const index_t end = p.mask.keys_of(last_i).end;
+    if (end < w.ke) w.ke = end;
+    return w;
+  }
+
+  /// The keys query row i sees.
+  KOKKOS_INLINE_FUNCTION KeyRange keys_of(index_t i) const { return p.mask.keys_of(i); }
+
+  KOKKOS_INLINE_FUNCTION T& out(const Block& w, Row row, index_t d) const {
+    if constexpr (Partial) return o(w.split, w.b, row.h, row.i, d);
+    else return o(w.b, row.h, row.i, d);
+  }
+  KOKKOS_INLINE_FUNCTION void store_lse(const Block& w, Row row, const SoftmaxState<T>& st) const {
+    if (!has_lse) return;
+    if constexpr (Partial) lse(w.split, w.b, row.h, row.i) = st.logsumexp();
+    else lse(w.b, row.h, row.i) = st.logsumexp();
+  }
+  /// Row `row`'s output O / l and lse, from its running O (o_col(d), d < Dv) and state.
+  template <class OCol>
+  KOKKOS_INLINE_FUNCTION void store(const Block& w, Row row, const OCol& o_col, const SoftmaxState<T>& st) const {
+    const T inv_sum = SoftmaxNormalizer<T>(st).inv_sum;
+    for (index_t d = 0; d < p.Dv; ++d) out(w, row, d) = o_col(d) * inv_sum;
+    store_lse(w, row, st);
+  }
+};
+
+}  // namespace kflash::impl

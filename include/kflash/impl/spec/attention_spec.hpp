@@ -1,0 +1,86 @@
+// Picks attention's schedule for an execution space: on spaces whose traits have host kernels, the
+// host schedule (host/host_attention.hpp); elsewhere the team schedule of the traits' team shape
+// for the call's Dv (schedule/team_attention.hpp), else the per-row schedule
+// (schedule/attention_kernel.hpp). Split-K/V calls run partial results, then their merge.
+#pragma once
+
+#include <kflash/impl/host/host_attention.hpp>
+#include <kflash/impl/schedule/attention_kernel.hpp>
+#include <kflash/impl/schedule/merge_attention.hpp>
+#include <kflash/impl/schedule/team_attention.hpp>
+#include <kflash/impl/workspace.hpp>
+
+#include <type_traits>
+
+namespace kflash::impl {
+
+/// The kernel of a schedule: Shape = void for the per-row schedules, else a TeamAttentionShape.
+template <class Traits, class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
+using AttentionKernelOf = std::conditional_t<
+    !std::is_void<Shape>::value, TeamAttentionKernel<ExecSpace, Shape, QV, KV, VV, OV, LV, Partial>,
+    std::conditional_t<Traits::host_kernels, host::HostAttentionKernel<ExecSpace, QV, KV, VV, OV, LV, Partial>,
+                       AttentionKernel<ExecSpace, QV, KV, VV, OV, LV, Partial>>>;
+
+/// Runs a planned call with the kernel of Shape.
+template <class Traits, class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void run_attention(const ExecSpace& exec, const AttentionPlan& p, typename OV::non_const_value_type scale,
+                   const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+  using T = typename OV::non_const_value_type;
+  const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
+  auto launch = [&](const char* label, auto kernel) {
+    using Kernel = decltype(kernel);
+    const std::size_t bytes = Kernel::scratch_bytes(p);
+    kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+    Kokkos::parallel_for(label,
+                         Kokkos::TeamPolicy<ExecSpace>(exec, int(league), int(p.team_size), 1)
+                             .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                         kernel);
+  };
+  auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
+    using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, QV, KV, VV, decltype(o_view), decltype(lse_view),
+                                     decltype(partial)::value>;
+    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, scale, 0}};
+  };
+  if (p.nsplits == 1) {
+    launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
+    return;
+  }
+  // Split K/V: partial results of each key range, then the exact merge.
+  using mem = typename OV::memory_space;
+  using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+  using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+  using Scratch = CachedWorkspace<mem>;
+  const std::size_t lse_count = std::size_t(p.nsplits * p.B * p.Hq * p.Nq);
+  const std::size_t o_offset = Scratch::aligned(sizeof(T) * lse_count);
+  const Scratch scratch(exec, o_offset + sizeof(T) * lse_count * std::size_t(p.Dv), "kflash::attention parts");
+  const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
+  const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
+  launch("kflash::attention split_kv", make(o_parts, lse_parts, true, std::true_type()));
+  run_merge(exec, o_parts, lse_parts, o, lse, has_lse);
+  exec.fence();  // the workspace must outlive the kernels
+}
+
+/// Plans and runs a call whose shapes and options are in p, under the space's traits.
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void dispatch_attention(const ExecSpace& exec, AttentionPlan p, typename OV::non_const_value_type scale, const QV& q,
+                   const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+  using T = typename OV::non_const_value_type;
+  using Traits = ScheduleTraits<ExecSpace>;
+  p = plan_attention<T, Traits>(exec, p);
+  with_team_shape<T, Traits>(p, [&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    run_attention<Traits, Shape>(exec, p, scale, q, k, v, o, lse, has_lse);
+  });
+}
+
+/// The same through the team schedule of the given TeamAttentionShape, whatever the traits choose
+/// (the tests run it on host teams).
+template <class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, typename OV::non_const_value_type scale,
+                              const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+  using Traits = ScheduleTraits<ExecSpace>;
+  p = plan_splits<Traits>(exec, with_shape<Traits, Shape>(p));
+  run_attention<Traits, Shape>(exec, p, scale, q, k, v, o, lse, has_lse);
+}
+
+}  // namespace kflash::impl

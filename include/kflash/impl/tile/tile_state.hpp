@@ -1,0 +1,232 @@
+// The tile recurrence, written once: a tile of values becomes its state (m, l) by its maximum first,
+// then the compensated sum of its weights exp(x - m) against that fixed maximum (no rescale per
+// element, so long or monotone runs keep full accuracy). How one thread lays out the loops is a
+// lane-block policy:
+//  - ScalarLanes: blocks of plain lanes (devices' single threads and generic code);
+//  - the host kernels' SIMD vectors (src/host/vector_lanes.hpp), the same loops on vector registers;
+//  - VectorRangeLanes: a team thread's Kokkos vector lanes (a warp's lanes on CUDA).
+#pragma once
+
+#include <kflash/softmax_state.hpp>
+
+namespace kflash::impl {
+
+/// The row operations: softmax, log_softmax and logsumexp.
+enum class RowOp { softmax, log_softmax, logsumexp };
+
+/// Max reducer whose identity is -inf and which ignores NaN (Kokkos::Max starts from the lowest
+/// finite value, which would hide a row of only -inf).
+template <class T>
+struct MaxOf {
+  using reducer = MaxOf<T>;
+  using value_type = T;
+  using result_view_type = Kokkos::View<value_type, Kokkos::AnonymousSpace>;
+  result_view_type value_;
+
+  KOKKOS_INLINE_FUNCTION MaxOf(value_type& value) : value_(&value) {}
+  KOKKOS_INLINE_FUNCTION void join(value_type& dest, const value_type& src) const {
+    if (src > dest) dest = src;
+  }
+  KFLASH_IMPL_VOLATILE_JOIN(value_type)
+  KOKKOS_INLINE_FUNCTION void init(value_type& val) const { val = -infinity<T>(); }
+  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *value_.data(); }
+  KOKKOS_INLINE_FUNCTION result_view_type view() const { return value_; }
+  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
+};
+
+/// The weight terms of a tile against its maximum m: exp(value(i) - m). For a finite m that is
+/// exp_nonpositive itself (the contract's special cases arise only for an infinite maximum), which
+/// a policy may evaluate a block of lanes at a time (`Lanes::exp_block`).
+template <class T, class F>
+struct WeightTerms {
+  F value;
+  T m;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return exp_nonpositive(value(i) - m); }
+  template <class Lanes>
+  KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
+    Lanes::exp_block(value, i, m, w);
+  }
+};
+
+/// The same for an infinite maximum (or NaN), through SoftmaxState::weight's rules.
+template <class T, class F>
+struct SpecialWeightTerms {
+  F value;
+  T m;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return SoftmaxState<T>::weight(value(i), m); }
+  template <class Lanes>
+  KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
+    for (int l = 0; l < Lanes::width; ++l) w[l] = (*this)(i + l);
+  }
+};
+
+/// Blocks of `width` plain lanes: loops over them are plain loops that compilers vectorise.
+/// A lane-block policy provides:
+///   width, chains              lanes of a block; independent blocks the maximum runs on
+///   Block, fill, max, max_lanes  a block of running maxima (NaN ignored)
+///   add, sum_tree              a block of running sums; the lanes added by a tree, lane l with
+///                              lane l + half for half = width / 2, ..., 1
+///   exp_block                  w[l] = exp_nonpositive(value(i + l) - m), l < width
+template <class T>
+struct ScalarLanes {
+  static constexpr int width = 16;
+  static constexpr int chains = 1;
+  struct Block {
+    T lane[width];
+  };
+  KOKKOS_INLINE_FUNCTION static void fill(Block& a, T x) {
+    for (int l = 0; l < width; ++l) a.lane[l] = x;
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION static void max(Block& a, const F& value, index_t i) {
+    for (int l = 0; l < width; ++l) {
+      const T v = value(i + l);
+      a.lane[l] = v > a.lane[l] ? v : a.lane[l];
+    }
+  }
+  KOKKOS_INLINE_FUNCTION static void max(Block& a, const Block& b) {
+    for (int l = 0; l < width; ++l) a.lane[l] = b.lane[l] > a.lane[l] ? b.lane[l] : a.lane[l];
+  }
+  KOKKOS_INLINE_FUNCTION static T max_lanes(const Block& a) {
+    T m = -infinity<T>();
+    for (int l = 0; l < width; ++l) m = a.lane[l] > m ? a.lane[l] : m;
+    return m;
+  }
+  KOKKOS_INLINE_FUNCTION static void add(Block& a, const T* w) {
+    for (int l = 0; l < width; ++l) a.lane[l] += w[l];
+  }
+  KOKKOS_INLINE_FUNCTION static T sum_tree(Block& a) {
+    for (int half = width / 2; half >= 1; half /= 2)
+      for (int l = 0; l < half; ++l) a.lane[l] += a.lane[l + half];
+    return a.lane[0];
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION static void exp_block(const F& value, index_t i, T m, T* w) {
+    for (int l = 0; l < width; ++l) w[l] = exp_nonpositive(value(i + l) - m);
+  }
+};
+
+/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), over Lanes' blocks.
+template <class Lanes, class T, class F>
+KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
+  constexpr int W = Lanes::width, C = Lanes::chains;
+  typename Lanes::Block m[C];
+  for (int c = 0; c < C; ++c) Lanes::fill(m[c], -infinity<T>());
+  index_t i = b;
+  for (; i + C * W <= e; i += C * W)
+    for (int c = 0; c < C; ++c) Lanes::max(m[c], value, i + c * W);
+  for (; i + W <= e; i += W) Lanes::max(m[0], value, i);
+  for (int h = C / 2; h >= 1; h /= 2)
+    for (int c = 0; c < h; ++c) Lanes::max(m[c], m[c + h]);
+  T r = Lanes::max_lanes(m[0]);
+  for (; i < e; ++i) {
+    const T v = value(i);
+    r = v > r ? v : r;
+  }
+  return r;
+}
+
+/// Adds terms(i), i in [b, e), to `sum` (a state used as a compensated sum), each term also handed
+/// to store(i, term). Whole blocks go to a block of plain partial sums (each adds (e - b) / width
+/// terms), the rest to `sum`, then the block's tree root. Keep e - b to a tile: the lanes' sums are
+/// not compensated; the tiles' states merge compensated.
+template <class Lanes, class T, class Terms, class Store>
+KOKKOS_INLINE_FUNCTION void add_terms(index_t b, index_t e, const Terms& terms, const Store& store,
+                                      SoftmaxState<T>& sum) {
+  constexpr int W = Lanes::width;
+  const index_t full = b + (e - b) / W * W;
+  typename Lanes::Block acc;
+  Lanes::fill(acc, T(0));
+  for (index_t i = b; i < full; i += W) {
+    T w[W];
+    terms.template block<Lanes>(i, w);
+    for (int l = 0; l < W; ++l) store(i + l, w[l]);
+    Lanes::add(acc, w);
+  }
+  for (index_t i = full; i < e; ++i) {
+    const T w = terms(i);
+    store(i, w);
+    sum.add_term(w);
+  }
+  sum.add_term(Lanes::sum_tree(acc));
+}
+
+/// The state of value(i), i in [b, e), whose maximum (NaN ignored) is m: the weights against m,
+/// each also handed to store(i, weight).
+template <class Lanes, class T, class F, class Store>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(T m, index_t b, index_t e, const F& value, const Store& store) {
+  SoftmaxState<T> sum = SoftmaxState<T>::identity();
+  if (is_finite(m)) {
+    add_terms<Lanes>(b, e, WeightTerms<T, F>{value, m}, store, sum);
+  } else {
+    add_terms<Lanes>(b, e, SpecialWeightTerms<T, F>{value, m}, store, sum);
+  }
+  return SoftmaxState<T>::of_weights(m, sum);
+}
+
+/// The same, the tile's maximum found first.
+template <class Lanes, class T, class F, class Store>
+KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F& value, const Store& store) {
+  return tile_state<Lanes, T>(tile_max<Lanes, T>(b, e, value), b, e, value, store);
+}
+
+/// Element access to contiguous memory for the tile loops (function objects rather than lambdas:
+/// nvcc wants them callable from both sides), and a store that keeps nothing.
+template <class T>
+struct Load {
+  const T* p;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return p[i]; }
+};
+template <class T>
+struct Store {
+  T* p;
+  KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { p[i] = w; }
+};
+template <class T>
+struct NoStore {
+  KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
+};
+
+/// The tile recurrence over a team thread's Kokkos vector lanes: the maximum by a vector
+/// reduction, then the weights by a vector reduction of the monoid (each lane's sum compensated).
+template <class T, class Member>
+struct VectorRangeLanes {
+  const Member& team;
+  KOKKOS_INLINE_FUNCTION explicit VectorRangeLanes(const Member& m) : team(m) {}
+
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F& value, const Store& store) const {
+    T m;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, b, e),
+        [&](index_t i, T& acc) {
+          const T v = value(i);
+          if (v > acc) acc = v;
+        },
+        MaxOf<T>(m));
+    SoftmaxState<T> sum;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, b, e),
+        [&](index_t i, SoftmaxState<T>& acc) {
+          const T w = SoftmaxState<T>::weight(value(i), m);
+          store(i, w);
+          acc.add_term(w);
+        },
+        OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
+    return SoftmaxState<T>::of_weights(m, sum);
+  }
+};
+
+/// A single thread's tile by a lane-block policy, in VectorRangeLanes' form: schedules take the
+/// one their traits name (ScheduleTraits::tile_lanes) and run the same code over either.
+template <class T, class Lanes>
+struct ThreadLanes {
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION explicit ThreadLanes(const Member&) {}
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F& value, const Store& store) const {
+    return impl::tile_state<Lanes, T>(b, e, value, store);
+  }
+};
+
+}  // namespace kflash::impl

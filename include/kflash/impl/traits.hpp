@@ -1,0 +1,160 @@
+// Every tuning knob of kflash's schedules and kernels, in one traits type per execution space:
+// ScheduleTraits<ExecSpace>. Host spaces take HostTraits (their contiguous data goes to the compiled
+// host kernels of src/host/), device spaces DeviceTraits (the team schedules). The plans read these
+// once per call and hand their decisions to the kernels.
+#pragma once
+
+#include <kflash/impl/tile/tile_state.hpp>
+
+#include <type_traits>
+
+namespace kflash::impl {
+
+/// The register blocking of attention's team schedule (schedule/team_attention.hpp). A block has
+/// BQ query rows, a tile BK keys. The threads form RG = BQ / TM row groups times KG = BK / TN key
+/// groups: thread (g, k) computes the TM x TN scores of rows g*TM.. and keys k*TN.., and keeps O of
+/// the same rows and of the columns k*TNO.. (TNO = DV / KG) in registers, so Dv <= DV. A team of
+/// fewer threads than blocks (host teams) gives each thread `Blocks` of them.
+template <class T, int BQ_, int BK_, int TM_, int TN_, int DV_, int Blocks_ = 1>
+struct TeamAttentionShape {
+  using value_type = T;
+  static constexpr int BQ = BQ_, BK = BK_, TM = TM_, TN = TN_, DV = DV_;
+  static constexpr int RG = BQ / TM;
+  static constexpr int KG = BK / TN;
+  static constexpr int TNO = DV / KG;
+  static constexpr int threads = RG * KG;
+  static constexpr int blocks = Blocks_;
+  static constexpr int team_size = threads / blocks;
+  static_assert(BQ % TM == 0 && BK % TN == 0 && DV % KG == 0 && threads % blocks == 0,
+                "kflash: a team attention shape must tile its block, its tile and its output evenly");
+};
+
+/// Knobs both kinds of space have.
+struct CommonTraits {
+  /// Work items (teams) wanted per unit of concurrency before rows or keys are split.
+  static constexpr index_t items_per_thread = 4;
+  /// Query rows per block of attention's per-row schedule.
+  static constexpr index_t block_q = 32;
+};
+
+/// Host spaces (Serial, OpenMP): a team is one thread; contiguous rows and every attention block go
+/// to the compiled host kernels.
+struct HostTraits : CommonTraits {
+  static constexpr bool is_host = true;
+  static constexpr bool host_kernels = true;
+
+  // --- Rows (softmax, log_softmax, logsumexp). Strided rows: a team of one thread per row (or
+  // chunk), its tiles by plain lanes.
+  static constexpr int vector_length = 1;
+  static constexpr int row_team_size = 1;
+  template <class T, class Member>
+  using tile_lanes = ThreadLanes<T, ScalarLanes<T>>;
+  /// Elements per tile of a row: a tile's maximum is found first, then its weights.
+  static constexpr index_t tile = 512;
+  /// A row is split into chunks for several teams only when chunks can be at least this long.
+  static constexpr index_t min_chunk = index_t(1) << 15;
+  /// Work items of whole rows hold several short rows, about this many elements...
+  static constexpr index_t item_elements = index_t(1) << 14;
+  /// ... and at least this many rows where there are enough for every thread: the kernels run the
+  /// write pass of one long row beside the state pass of the next.
+  static constexpr index_t item_rows = 8;
+  /// Rows of at most one tile are taken this many at a time (their logs in vectors).
+  static constexpr index_t short_group = 16;
+  /// softmax computes each weight once: rows up to this many bytes, in calls without non-temporal
+  /// stores, keep their weights in y and rescale them in place (the row stays in the core's cache).
+  static constexpr index_t stored_weights_bytes = index_t(1) << 19;
+  /// Other softmax rows up to this many bytes keep them in the team's scratch; longer rows compute
+  /// them again in the write pass (one exp more per element).
+  static constexpr index_t buffered_weights_bytes = index_t(1) << 23;
+  /// Calls whose output has at least this many bytes write their rows of more than one tile with
+  /// non-temporal stores: such an output leaves the cache before it is read again, and a plain store
+  /// first reads the line it writes.
+  static constexpr index_t stream_bytes = index_t(1) << 26;
+
+  // --- Attention.
+  /// Keys per K/V tile, a multiple of attention_pad.
+  static constexpr index_t block_k = 64;
+  /// Keys per split are at least this many when the keys are split automatically.
+  static constexpr index_t min_split_keys = 4096;
+  /// Columns of the tiles' K transposed, V and O are padded to a multiple of this (with zeros).
+  static constexpr index_t attention_pad = 32;
+  /// Blocks of at most this many query rows (decoding, GQA groups) read K in place by dot products;
+  /// larger blocks stage it transposed once per tile for all their rows.
+  static constexpr index_t dot_rows = 8;
+  static_assert(block_k % attention_pad == 0, "kflash: block_k must be a multiple of attention_pad");
+
+  // --- Micro-GEMM register blocks of the host kernels, by vector width in bytes: rows x
+  // gemm_vectors vectors (8 accumulators of 16 SSE / AVX2 registers, 16 of 32 AVX-512 ones), and
+  // the dot-product blocks of K read in place.
+  template <int VectorBytes>
+  static constexpr int gemm_rows = VectorBytes >= 64 ? 8 : 4;
+  static constexpr int gemm_vectors = 2;
+  static constexpr int dot_block = 4;
+  /// The maximum of a tile runs on this many vectors at a time.
+  static constexpr int max_vectors = 4;
+
+  /// No team schedule on hosts: attention's blocks take the host tile kernel.
+  template <class T, int DV, bool Narrow>
+  using team_shape = void;
+};
+
+/// Device spaces: teams of threads and vector lanes (team_rows.hpp, team_attention.hpp).
+struct DeviceTraits : CommonTraits {
+  static constexpr bool is_host = false;
+  static constexpr bool host_kernels = false;
+
+  // --- Rows.
+  /// Vector lanes of a thread (a warp on CUDA).
+  static constexpr int vector_length = 32;
+  /// Rows that no tier below holds: row_team_size threads a row, a tile of tile elements per
+  /// thread over its vector lanes.
+  static constexpr int row_team_size = 8;
+  static constexpr index_t tile = 4 * vector_length;
+  template <class T, class Member>
+  using tile_lanes = VectorRangeLanes<T, Member>;
+  /// Rows of up to lane_cols elements go over a thread's vector lanes, lane_team_size rows a team;
+  /// longer rows a team each, of at least min_team_size threads (a multiple of team_multiple, at
+  /// most max_team_size) holding team_regs<T> elements each in registers; rows longer than that
+  /// are split across teams.
+  static constexpr index_t lane_cols = 512;
+  static constexpr int lane_team_size = 8;
+  static constexpr int min_team_size = 64;
+  static constexpr int team_multiple = 32;
+  static constexpr int max_team_size = 1024;
+  template <class T>
+  static constexpr int team_regs = sizeof(T) == 4 ? 32 : 16;
+  /// Chunks of split rows are at least this long.
+  static constexpr index_t min_chunk = index_t(1) << 13;
+
+  // --- Attention: team shapes by value type and output width (Dv <= 64, <= 128), Narrow (blocks of
+  // 8 rows) where a K/V head has at most 8 query rows (decoding); the tiles of one team fit the
+  // 40 KiB of level-0 scratch Kokkos gives a CUDA team at D = DV. Larger Dv: one thread per row,
+  // block_q rows a team, block_k keys a tile.
+  static constexpr index_t block_k = 32;
+  static constexpr index_t min_split_keys = 1024;
+  template <class T, int DV, bool Narrow>
+  using team_shape = std::conditional_t<
+      sizeof(T) == 4,
+      std::conditional_t<Narrow,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 32, 1, 4, 64>,
+                                            TeamAttentionShape<T, 8, 16, 1, 2, 128>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 32, 32, 4, 8, 64>,
+                                            TeamAttentionShape<T, 32, 16, 4, 4, 128>>>,
+      std::conditional_t<Narrow,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 2, 64>,
+                                            TeamAttentionShape<T, 8, 8, 1, 1, 128>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 16, 2, 4, 64>,
+                                            TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
+  /// The output widths team_shape exists for.
+  static constexpr int team_dv_small = 64, team_dv_large = 128;
+};
+
+/// The traits of an execution space: host spaces (those that can access HostSpace) HostTraits,
+/// others DeviceTraits. A specialisation for a space replaces them (the tests run the device
+/// schedules on OpenMP this way).
+template <class ExecSpace, class = void>
+struct ScheduleTraits
+    : std::conditional_t<Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible, HostTraits,
+                         DeviceTraits> {};
+
+}  // namespace kflash::impl

@@ -1,0 +1,116 @@
+// The host kernels' entry points: one variant of every kernel per instruction set, each in its own
+// namespace (the same template bodies, inlined whole by `flatten` under the set's target
+// attribute), and the dispatch to the variant in use.
+#include "attention_tile.hpp"
+#include "isa.hpp"
+#include "row_passes.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kflash::impl::host {
+
+#define KFLASH_IMPL_VARIANT(isa_namespace, attributes, vector_bytes)                                          \
+  namespace isa_namespace {                                                                                   \
+  attributes SoftmaxState<float> row_state(const float* x, index_t n) {                                       \
+    return internal::row_state<float, vector_bytes>(x, n);                                                    \
+  }                                                                                                           \
+  attributes SoftmaxState<double> row_state(const double* x, index_t n) {                                     \
+    return internal::row_state<double, vector_bytes>(x, n);                                                   \
+  }                                                                                                           \
+  attributes void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, \
+                            bool stream) {                                                                    \
+    internal::write_row<float, vector_bytes>(op, x, y, n, norm, stream);                                      \
+  }                                                                                                           \
+  attributes void write_row(RowOp op, const double* x, double* y, index_t n,                                  \
+                            const SoftmaxNormalizer<double>& norm, bool stream) {                             \
+    internal::write_row<double, vector_bytes>(op, x, y, n, norm, stream);                                     \
+  }                                                                                                           \
+  attributes void run_rows(const RowBlock<float>& b) { internal::run_rows<float, vector_bytes>(b); }          \
+  attributes void run_rows(const RowBlock<double>& b) { internal::run_rows<double, vector_bytes>(b); }        \
+  attributes void attention_tile(const AttentionTile<float>& t) {                                             \
+    internal::attention_tile<float, vector_bytes>(t);                                                         \
+  }                                                                                                           \
+  attributes void attention_tile(const AttentionTile<double>& t) {                                            \
+    internal::attention_tile<double, vector_bytes>(t);                                                        \
+  }                                                                                                           \
+  }
+
+KFLASH_IMPL_VARIANT(baseline, KFLASH_IMPL_FLATTEN, 16)
+#ifdef KFLASH_IMPL_X86_VARIANTS
+KFLASH_IMPL_VARIANT(avx2, __attribute__((target("avx2,fma"), flatten)), 32)
+KFLASH_IMPL_VARIANT(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), flatten)), 64)
+#endif
+#undef KFLASH_IMPL_VARIANT
+
+namespace {
+
+Isa detect_isa() {
+  Isa best = Isa::baseline;
+#ifdef KFLASH_IMPL_X86_VARIANTS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::avx2;
+  if (best == Isa::avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+    best = Isa::avx512;
+#endif
+  const char* wanted = std::getenv("KFLASH_HOST_ISA");
+  if (wanted == nullptr || *wanted == '\0') return best;
+  for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512}) {
+    if (std::strcmp(wanted, isa_name(candidate)) != 0) continue;
+    if (int(candidate) <= int(best)) return candidate;
+    std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not supported by this CPU or build; using %s\n", wanted,
+                 isa_name(best));
+    return best;
+  }
+  std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512; using %s\n", wanted,
+               isa_name(best));
+  return best;
+}
+
+}  // namespace
+
+Isa isa() {
+  static const Isa value = detect_isa();
+  return value;
+}
+
+const char* isa_name(Isa i) {
+  switch (i) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+// Calls the variant `which` of a kernel.
+#ifdef KFLASH_IMPL_X86_VARIANTS
+#define KFLASH_IMPL_DISPATCH(which, call)      \
+  switch (which) {                             \
+    case Isa::avx512: return avx512::call;     \
+    case Isa::avx2: return avx2::call;         \
+    default: return baseline::call;            \
+  }
+#else
+#define KFLASH_IMPL_DISPATCH(which, call) return baseline::call;
+#endif
+
+SoftmaxState<float> row_state(Isa which, const float* x, index_t n) { KFLASH_IMPL_DISPATCH(which, row_state(x, n)) }
+SoftmaxState<double> row_state(Isa which, const double* x, index_t n) { KFLASH_IMPL_DISPATCH(which, row_state(x, n)) }
+SoftmaxState<float> row_state(const float* x, index_t n) { return row_state(isa(), x, n); }
+SoftmaxState<double> row_state(const double* x, index_t n) { return row_state(isa(), x, n); }
+void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_row(op, x, y, n, norm, stream))
+}
+void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNormalizer<double>& norm,
+               bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_row(op, x, y, n, norm, stream))
+}
+void run_rows(const RowBlock<float>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
+void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
+void attention_tile(const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(isa(), attention_tile(tile)) }
+void attention_tile(const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(isa(), attention_tile(tile)) }
+#undef KFLASH_IMPL_DISPATCH
+
+}  // namespace kflash::impl::host

@@ -1,0 +1,286 @@
+// The host row kernels over contiguous rows: the state pass (tile by tile, through the tile
+// recurrence on vector lanes), the write passes (plain or non-temporal stores), rows of one tile
+// taken several at a time, and the pairing of one row's write pass with the next row's state pass.
+#pragma once
+
+#include "vector_lanes.hpp"
+
+#include <kflash/impl/host/host_kernels.hpp>
+
+#include <cstdint>
+
+namespace kflash::impl::host::internal {
+
+/// The write passes: y[i] = f(x[i]), i in [0, n); with `stream`, through non-temporal stores.
+template <class T>
+struct ProbOf {
+  SoftmaxNormalizer<T> norm;
+  T operator()(T v) const { return norm.prob(v); }
+};
+template <class T>
+struct LogProbOf {
+  SoftmaxNormalizer<T> norm;
+  T operator()(T v) const { return norm.log_prob(v); }
+};
+template <class T>
+struct Scaled {  // softmax's weights, stored in the state pass
+  T factor;
+  T operator()(T v) const { return v * factor; }
+};
+
+/// w[l] = f(v[l]), l in [0, N): a vector's lanes.
+template <class T, int VB, int N, class F>
+inline void apply_lanes(const F& f, const T* v, T* w) {
+  for (int l = 0; l < N; ++l) w[l] = f(v[l]);
+}
+template <class T, int VB, int N>
+inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob with the vector exp
+  LaneExp<T, VB>::template apply<N>(v, f.norm.shift, w);
+  for (int l = 0; l < N; ++l) w[l] = f.norm.prob_of_weight(w[l]);
+}
+
+/// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
+/// In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
+/// read whole before it is written, and the compiler needs no test of their overlap). x's group
+/// goes through a vector and an aligned copy: read as x[i + l], GCC 12 loads it one element at a
+/// time, and copied by memcpy, in two halves that a whole-vector load then waits for (AVX2, whose
+/// generic tuning splits unaligned 32-byte accesses).
+template <class T, int VB, class Out, class F>
+inline index_t write_vectors(const T* x, T* y, index_t i, index_t n, const F& f) {
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  alignas(VB) T xl[W];
+  T w[W];
+  typename V::type v;
+  for (; i + W <= n; i += W) {
+    V::load(v, x + i);
+    V::store(xl, v);
+    apply_lanes<T, VB, W>(f, xl, w);
+    V::load(v, w);
+    Out::store(y + i, v);
+  }
+  return i;
+}
+
+template <class T, int VB, class F>
+inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, bool fence = true) {
+  using S = Stream<T, VB>;
+  index_t i = 0;
+  if (stream && S::available) {
+    for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
+    i = write_vectors<T, VB, S>(x, y, i, n, f);
+    if (fence) S::fence();
+  } else {
+    i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
+  }
+  for (; i < n; ++i) y[i] = f(x[i]);
+}
+
+/// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
+/// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
+template <class T>
+inline void prefetch_ahead(const T* x, index_t e, index_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+  constexpr index_t line = 64 / sizeof(T);
+  const index_t b = e + HostTraits::tile;
+  const index_t end = b + HostTraits::tile < n ? b + HostTraits::tile : n;
+  for (index_t i = b; i < end; i += line) __builtin_prefetch(x + i);
+#else
+  (void)x, (void)e, (void)n;
+#endif
+}
+
+/// The state pass over x[0, n), a tile at a time. With w, the weights exp(x - tile max) go to
+/// w[0, n) and tile t's maximum to tile_max[t].
+template <class T, int VB>
+struct StatePass {
+  const T* x;
+  index_t n;
+  T* w = nullptr;
+  T* tile_max = nullptr;
+  SoftmaxState<T> state = SoftmaxState<T>::identity();
+
+  /// The tile from b (a multiple of HostTraits::tile).
+  void tile(index_t b) {
+    const index_t e = b + HostTraits::tile < n ? b + HostTraits::tile : n;
+    prefetch_ahead(x, e, n);
+    SoftmaxState<T> t;
+    if (w != nullptr) {
+      t = tile_state<VectorLanes<T, VB>, T>(b, e, Load<T>{x}, Store<T>{w});
+      tile_max[b / HostTraits::tile] = t.max;
+    } else {
+      t = tile_state<VectorLanes<T, VB>, T>(b, e, Load<T>{x}, NoStore<T>{});
+    }
+    if (b == 0) {
+      state = t;  // merging into the identity would only cost two exps
+    } else {
+      state.merge(t);
+    }
+  }
+  void all() {
+    for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);
+  }
+};
+
+template <class T, int VB>
+SoftmaxState<T> row_state(const T* x, index_t n) {
+  StatePass<T, VB> pass{x, n};
+  pass.all();
+  return pass.state;
+}
+
+template <class T, int VB>
+void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
+  if (op == RowOp::softmax) {
+    write_pass<T, VB>(x, y, n, ProbOf<T>{norm}, stream);
+  } else {
+    write_pass<T, VB>(x, y, n, LogProbOf<T>{norm}, stream);
+  }
+}
+
+/// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
+/// maxima, then their states (softmax's weights go to y), then the logs that logsumexp and
+/// log_softmax need, taken together in vectors (log_of_total), then their outputs. Each step's
+/// chains of dependent operations are short, and the rows' chains overlap.
+template <class T, int VB>
+void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
+  constexpr index_t group = HostTraits::short_group;
+  using Lanes = VectorLanes<T, VB>;
+  const index_t n = blk.cols;
+  const bool softmax = blk.op == RowOp::softmax;
+  const T* x[group];
+  T* y[group];
+  T m[group];
+  for (index_t i = 0; i < g; ++i) {
+    x[i] = blk.x + (r0 + i) * blk.ldx;
+    y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
+    m[i] = tile_max<Lanes, T>(0, n, Load<T>{x[i]});
+  }
+  SoftmaxState<T> s[group];
+  for (index_t i = 0; i < g; ++i) {
+    if (softmax) {
+      s[i] = tile_state<Lanes, T>(m[i], 0, n, Load<T>{x[i]}, Store<T>{y[i]});
+    } else {
+      s[i] = tile_state<Lanes, T>(m[i], 0, n, Load<T>{x[i]}, NoStore<T>{});
+    }
+  }
+  if (softmax) {
+    for (index_t i = 0; i < g; ++i) {
+      const SoftmaxNormalizer<T> norm(s[i]);
+      for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
+    }
+    return;
+  }
+  double l[group], log_l[group];
+  for (index_t i = 0; i < group; ++i) {
+    const double total = i < g ? double(s[i].total()) : 1.0;
+    l[i] = in_log_of_total_range(total) ? total : 1.0;
+  }
+  for (index_t i = 0; i < group; ++i) log_l[i] = log_of_total(l[i]);
+  for (index_t i = 0; i < g; ++i)  // totals outside its range (an empty row, NaN, fp64 beyond 2^1023)
+    if (!in_log_of_total_range(double(s[i].total()))) log_l[i] = double(impl::log(s[i].total()));
+  for (index_t i = 0; i < g; ++i) {
+    if (blk.op == RowOp::logsumexp) {
+      blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(T(log_l[i]));
+    } else {
+      const SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob, T(log_l[i]));
+      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, false);
+    }
+  }
+}
+
+/// write_pass over x[0, n) a tile at a time, each tile followed by the same tile of `beside`'s
+/// state pass (if any; its row has n elements too). With `stream`, the write pass's tiles start
+/// where y is aligned (after the first): each tile then stores vectors only.
+template <class T, int VB, class F>
+void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, StatePass<T, VB>* beside) {
+  if (beside == nullptr) {
+    write_pass<T, VB>(x, y, n, f, stream);
+    return;
+  }
+  index_t head = 0;
+  while (stream && head < n && reinterpret_cast<std::uintptr_t>(y + head) % VB != 0) ++head;
+  index_t wb = 0;
+  for (index_t b = 0; b < n; b += HostTraits::tile) {
+    const index_t we = b + HostTraits::tile + head < n ? b + HostTraits::tile + head : n;
+    write_pass<T, VB>(x + wb, y + wb, we - wb, f, stream, false);
+    wb = we;
+    beside->tile(b);
+  }
+  if (stream) Stream<T, VB>::fence();
+}
+
+/// softmax's write pass after a state pass that stored its weights (`done`): y = w exp(tile max -
+/// row max) / l a tile at a time, each tile followed by the same tile of `beside`'s state pass (if
+/// any; its row has n elements too, and its weights may go where done's were: each tile is
+/// scaled before `beside` computes it). y may be done's w (in place).
+template <class T, int VB>
+void scale_pass_beside(const StatePass<T, VB>& done, T* y, bool stream, StatePass<T, VB>* beside) {
+  const T inv_sum = SoftmaxNormalizer<T>(done.state).inv_sum;
+  for (index_t b = 0; b < done.n; b += HostTraits::tile) {
+    const index_t e = b + HostTraits::tile < done.n ? b + HostTraits::tile : done.n;
+    const T f = SoftmaxState<T>::weight(done.tile_max[b / HostTraits::tile], done.state.max) * inv_sum;
+    write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
+    if (beside != nullptr) beside->tile(b);
+  }
+  if (stream) Stream<T, VB>::fence();
+}
+
+template <class T, int VB>
+void run_rows(const RowBlock<T>& blk) {
+  const index_t n = blk.cols;
+  if (n <= HostTraits::tile) {
+    for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
+      short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
+    return;
+  }
+  if (blk.op == RowOp::softmax && blk.weights_at == WeightsAt::output &&
+      n * index_t(sizeof(T)) <= HostTraits::stored_weights_bytes) {  // the room of tile_max below
+    // One exp per element: the weights in y, scaled in place while the row is still in cache.
+    T tile_max[HostTraits::stored_weights_bytes / sizeof(T) / HostTraits::tile];
+    for (index_t r = 0; r < blk.rows; ++r) {
+      T* y = blk.y + r * blk.ldy;
+      StatePass<T, VB> pass{blk.x + r * blk.ldx, n, y, tile_max};
+      pass.all();
+      scale_pass_beside<T, VB>(pass, y, false, nullptr);
+    }
+    return;
+  }
+  // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
+  // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
+  // of the other share the memory system, instead of taking turns.
+  // softmax rows with WeightsAt::scratch keep their weights there (one exp per element). One row's
+  // room is enough: each tile of row r is scaled into y before row r + 1's tile overwrites it.
+  if (blk.rows <= 0) return;
+  const bool stored = blk.op == RowOp::softmax && blk.weights_at == WeightsAt::scratch;
+  auto pass_of = [&](index_t r) {
+    return StatePass<T, VB>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr, stored ? blk.weights + n : nullptr};
+  };
+  StatePass<T, VB> next = pass_of(0);
+  next.all();
+  for (index_t r = 0; r < blk.rows; ++r) {
+    const T* x = blk.x + r * blk.ldx;
+    const StatePass<T, VB> done = next;
+    const SoftmaxState<T> s = done.state;
+    const bool more = r + 1 < blk.rows;
+    if (more) next = pass_of(r + 1);
+    if (stored) {
+      scale_pass_beside<T, VB>(done, blk.y + r * blk.ldy, blk.stream, more ? &next : nullptr);
+      continue;
+    }
+    if (blk.op == RowOp::logsumexp) {
+      blk.out[r * blk.ldout] = s.logsumexp();
+      if (more) next.all();
+      continue;
+    }
+    const SoftmaxNormalizer<T> norm(s, blk.op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
+    T* y = blk.y + r * blk.ldy;
+    if (blk.op == RowOp::softmax) {
+      write_pass_beside<T, VB>(x, y, n, ProbOf<T>{norm}, blk.stream, more ? &next : nullptr);
+    } else {
+      write_pass_beside<T, VB>(x, y, n, LogProbOf<T>{norm}, blk.stream, more ? &next : nullptr);
+    }
+  }
+}
+
+}  // namespace kflash::impl::host::internal
