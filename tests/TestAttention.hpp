@@ -141,7 +141,7 @@ std::vector<ld> flatten3(const V& v) {
   return out;
 }
 
-/// The bounds: fp32 max |O - ref| / max |ref| <= 2e-5, fp64 <= 1e-12, lse relative the same.
+/// The accuracy bounds: fp32 max |O - ref| / max |ref| <= 2e-5, fp64 <= 1e-12, lse relative the same.
 /// Large scores add the rounding of the scores themselves: 4 eps * max sum_d |scale q_d k_d|.
 template <class T>
 ld attention_tolerance(const AttnRef& ref) {

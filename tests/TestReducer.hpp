@@ -123,7 +123,7 @@ TYPED_TEST_SUITE(ReducerTest, Scalars);
 
 TYPED_TEST(ReducerTest, RangePolicyShort) { reduce_range_policy<TypeParam>(1000, 8 * eps<TypeParam>); }
 TYPED_TEST(ReducerTest, RangePolicy2Pow20Accuracy) {
-  // The accuracy target: 2^20 normal values pushed one by one, l within 1e-6 (fp32).
+  // Accuracy of a sequential run: 2^20 normal values pushed one by one, l within 1e-6 (fp32).
   reduce_range_policy<TypeParam>(std::size_t(1) << 20,
                                  std::is_same<TypeParam, float>::value ? 1e-6L : 1e-13L);
 }

@@ -257,14 +257,14 @@ TYPED_TEST(SoftmaxTest, VectorLengths) {
 }
 
 TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow24) {
-  // The target: logsumexp of 2^24 normal values, l within 1e-6 (fp32) / 1e-13 (fp64).
+  // Accuracy of long rows: logsumexp of 2^24 normal values, l within 1e-6 (fp32) / 1e-13 (fp64).
   using T = TypeParam;
   const ld rel = std::is_same<T, float>::value ? 1e-6L : 1e-13L;
   check_vector<T>(normal_values<T>(std::size_t(1) << 24, 24), rel, true, "2^24");
 }
 
 TYPED_TEST(SoftmaxTest, LongRowAccuracy2Pow26) {
-  // GUIDE target: rows up to 2^26 elements. fp32 only (fp64 needs 512 MiB per copy).
+  // The numerics contract's longest rows: 2^26 elements. fp32 only (fp64 needs 512 MiB per copy).
   using T = TypeParam;
   if (!std::is_same<T, float>::value) GTEST_SKIP() << "fp32 only";
   check_vector<T>(normal_values<T>(std::size_t(1) << 26, 26), 1e-6L, false, "2^26");

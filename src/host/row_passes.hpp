@@ -42,9 +42,9 @@ inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob wi
 /// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
 /// In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
 /// read whole before it is written, and the compiler needs no test of their overlap). x's group
-/// goes through a vector and an aligned copy: read as x[i + l], GCC 12 loads it one element at a
-/// time, and copied by memcpy, in two halves that a whole-vector load then waits for (AVX2, whose
-/// generic tuning splits unaligned 32-byte accesses).
+/// goes through a vector and an aligned copy: read element by element the compiler may load it one
+/// element at a time, and a plain copy may be split into two halves that a whole-vector load then
+/// waits for (AVX2's generic tuning splits unaligned 32-byte accesses).
 template <class T, int VB, class Out, class F>
 inline index_t write_vectors(const T* x, T* y, index_t i, index_t n, const F& f) {
   using V = Vec<T, VB>;
@@ -139,7 +139,7 @@ void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>
 }
 
 /// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
-/// maxima, then their states (softmax's weights go to y), then the logs that logsumexp and
+/// maxima, then their weights' sums (softmax's weights go to y), then their states, then the logs that logsumexp and
 /// log_softmax need, taken together in vectors (log_of_total), then their outputs. Each step's
 /// chains of dependent operations are short, and the rows' chains overlap.
 template <class T, int VB>
@@ -156,14 +156,16 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
     y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
     m[i] = tile_max<Lanes, T>(0, n, Load<T>{x[i]});
   }
-  SoftmaxState<T> s[group];
+  TileSums<Lanes, T> sums[group];
   for (index_t i = 0; i < g; ++i) {
     if (softmax) {
-      s[i] = tile_state<Lanes, T>(m[i], 0, n, Load<T>{x[i]}, Store<T>{y[i]});
+      sums[i].add_weights(m[i], 0, n, Load<T>{x[i]}, Store<T>{y[i]});
     } else {
-      s[i] = tile_state<Lanes, T>(m[i], 0, n, Load<T>{x[i]}, NoStore<T>{});
+      sums[i].add_weights(m[i], 0, n, Load<T>{x[i]}, NoStore<T>{});
     }
   }
+  SoftmaxState<T> s[group];
+  for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
   if (softmax) {
     for (index_t i = 0; i < g; ++i) {
       const SoftmaxNormalizer<T> norm(s[i]);

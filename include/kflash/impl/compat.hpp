@@ -89,12 +89,3 @@ KOKKOS_INLINE_FUNCTION void volatile_store(volatile T& dst, const T& value) {
 #else
 #define KFLASH_IMPL_VOLATILE_JOIN(VALUE_TYPE)
 #endif
-
-// --- 1 where code may call host-only functions: everywhere but the device pass of a device
-// compiler (the compiled host loops of host_kernels.hpp are called from kernels that are also
-// compiled for devices).
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)
-#define KFLASH_IMPL_ON_HOST 0
-#else
-#define KFLASH_IMPL_ON_HOST 1
-#endif

@@ -9,21 +9,11 @@
 namespace kflash::impl::host {
 
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct HostAttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
-  using typename Base::T;
-  using typename Base::Row;
-  using Base::p;
-  using Base::q;
-  using Base::k;
-  using Base::v;
-  using Base::scale;
-  using Base::row_of;
-  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using scratch_space = typename ExecSpace::scratch_memory_space;
-  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
-  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
-  using Ranges = Kokkos::View<KeyRange*, scratch_space, Kokkos::MemoryUnmanaged>;
+struct HostAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
+  using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
+  using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
 
   /// q, K transposed, V, scores, O (V and O padded), states, each row's keys in the tile.
   static std::size_t scratch_bytes(const AttentionPlan& p) {

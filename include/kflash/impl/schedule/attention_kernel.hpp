@@ -8,20 +8,10 @@
 namespace kflash::impl {
 
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct AttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
-  using typename Base::T;
-  using typename Base::Row;
-  using Base::p;
-  using Base::q;
-  using Base::k;
-  using Base::v;
-  using Base::scale;
-  using Base::row_of;
-  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using scratch_space = typename ExecSpace::scratch_memory_space;
-  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
-  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
+struct AttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
+  using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
 
   static std::size_t scratch_bytes(const AttentionPlan& p) {
     return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.bk, p.D) + Tile::shmem_size(p.bk, p.Dv) +

@@ -110,9 +110,14 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
 /// a team's league rank stands for, and where a row's output goes. With Partial, a key split's
 /// normalised output and lse go to o(split, ...) and lse(split, ...), in the format
 /// merge_attention() takes; otherwise to the final o and lse.
-template <class QV, class KV, class VV, class OV, class LV, bool Partial>
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct AttentionKernelBase {
   using T = typename OV::non_const_value_type;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using scratch_space = typename ExecSpace::scratch_memory_space;
+  /// Tiles and per-row states in team scratch.
+  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
+  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
 
   QV q;
   KV k;

@@ -14,13 +14,9 @@ namespace kflash::impl {
 /// maxima across key groups; the weights exp(s - m_tile) and their partial sums; each row's state
 /// merged with the tile's state (the monoid), giving the factors fa, fb; O = fa O + fb P V.
 template <class ExecSpace, class Shape, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct TeamAttentionKernel : AttentionKernelBase<QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<QV, KV, VV, OV, LV, Partial>;
-  using typename Base::T;
-  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using scratch_space = typename ExecSpace::scratch_memory_space;
-  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
-  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
+struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+  using typename Base::T, typename Base::member_type, typename Base::Tile, typename Base::States;
   static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
 
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, TM = Shape::TM, TN = Shape::TN;

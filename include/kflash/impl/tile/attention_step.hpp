@@ -49,7 +49,8 @@ KOKKOS_INLINE_FUNCTION T score_stage(T score, const KeyRange& keys, index_t j) {
 template <class Lanes, class T, class Score, class Store>
 KOKKOS_INLINE_FUNCTION OutputFactors<T> tile_step(SoftmaxState<T>& row, const KeyRange& keys, index_t nk,
                                                   const Score& score, const Store& store) {
-  for (index_t j = 0; j < nk; ++j) store(j, score_stage(score(j), keys, j));
+  if (keys.begin > 0 || keys.end < nk)  // some pairs hidden
+    for (index_t j = 0; j < nk; ++j) store(j, score_stage(score(j), keys, j));
   return OutputFactors<T>::merge(row, tile_state<Lanes, T>(index_t(0), nk, score, store));
 }
 

@@ -126,42 +126,62 @@ KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
   return r;
 }
 
-/// Adds terms(i), i in [b, e), to `sum` (a state used as a compensated sum), each term also handed
-/// to store(i, term). Whole blocks go to a block of plain partial sums (each adds (e - b) / width
-/// terms), the rest to `sum`, then the block's tree root. Keep e - b to a tile: the lanes' sums are
-/// not compensated; the tiles' states merge compensated.
-template <class Lanes, class T, class Terms, class Store>
-KOKKOS_INLINE_FUNCTION void add_terms(index_t b, index_t e, const Terms& terms, const Store& store,
-                                      SoftmaxState<T>& sum) {
-  constexpr int W = Lanes::width;
-  const index_t full = b + (e - b) / W * W;
-  typename Lanes::Block acc;
-  Lanes::fill(acc, T(0));
-  for (index_t i = b; i < full; i += W) {
-    T w[W];
-    terms.template block<Lanes>(i, w);
-    for (int l = 0; l < W; ++l) store(i + l, w[l]);
-    Lanes::add(acc, w);
+/// The running sums of a tile's weights: whole blocks of terms go to a block of plain partial sums
+/// (each adds (e - b) / width terms), the rest to `tail` (compensated); state() adds the block's
+/// tree root last. Keep a tile short: the lanes' sums are not compensated; the tiles' states merge
+/// compensated. A kernel that holds the sums of several tiles at once (rows of one tile, several at
+/// a time) interleaves their steps.
+template <class Lanes, class T>
+struct TileSums {
+  typename Lanes::Block lanes;
+  SoftmaxState<T> tail;
+
+  KOKKOS_INLINE_FUNCTION TileSums() : tail(SoftmaxState<T>::identity()) { Lanes::fill(lanes, T(0)); }
+
+  /// Adds terms(i), i in [b, e), each also handed to store(i, term).
+  template <class Terms, class Store>
+  KOKKOS_INLINE_FUNCTION void add(index_t b, index_t e, const Terms& terms, const Store& store) {
+    constexpr int W = Lanes::width;
+    const index_t full = b + (e - b) / W * W;
+    for (index_t i = b; i < full; i += W) {
+      T w[W];
+      terms.template block<Lanes>(i, w);
+      for (int l = 0; l < W; ++l) store(i + l, w[l]);
+      Lanes::add(lanes, w);
+    }
+    for (index_t i = full; i < e; ++i) {
+      const T w = terms(i);
+      store(i, w);
+      tail.add_term(w);
+    }
   }
-  for (index_t i = full; i < e; ++i) {
-    const T w = terms(i);
-    store(i, w);
-    sum.add_term(w);
+
+  /// Adds the weights of value(i), i in [b, e), against the tile's maximum m (NaN ignored), each
+  /// also handed to store(i, weight).
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION void add_weights(T m, index_t b, index_t e, const F& value, const Store& store) {
+    if (is_finite(m)) {
+      add(b, e, WeightTerms<T, F>{value, m}, store);
+    } else {
+      add(b, e, SpecialWeightTerms<T, F>{value, m}, store);
+    }
   }
-  sum.add_term(Lanes::sum_tree(acc));
-}
+
+  /// The state of the tile whose maximum is m: the tail plus the lanes' tree root.
+  KOKKOS_INLINE_FUNCTION SoftmaxState<T> state(T m) {
+    SoftmaxState<T> sum = tail;
+    sum.add_term(Lanes::sum_tree(lanes));
+    return SoftmaxState<T>::of_weights(m, sum);
+  }
+};
 
 /// The state of value(i), i in [b, e), whose maximum (NaN ignored) is m: the weights against m,
 /// each also handed to store(i, weight).
 template <class Lanes, class T, class F, class Store>
 KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(T m, index_t b, index_t e, const F& value, const Store& store) {
-  SoftmaxState<T> sum = SoftmaxState<T>::identity();
-  if (is_finite(m)) {
-    add_terms<Lanes>(b, e, WeightTerms<T, F>{value, m}, store, sum);
-  } else {
-    add_terms<Lanes>(b, e, SpecialWeightTerms<T, F>{value, m}, store, sum);
-  }
-  return SoftmaxState<T>::of_weights(m, sum);
+  TileSums<Lanes, T> sums;
+  sums.add_weights(m, b, e, value, store);
+  return sums.state(m);
 }
 
 /// The same, the tile's maximum found first.

@@ -1,0 +1,37 @@
+// Compiles the test bodies for the OpenMP backend with the device schedules: ScheduleTraits of
+// Kokkos::OpenMP are replaced by device traits sized for teams of two host threads, so every kernel
+// takes the code that runs on GPUs (team rows and lanes, split rows, team and per-row attention,
+// team barriers, scratch reuse, nested reductions) instead of the compiled host kernels.
+#pragma once
+#include <kflash/impl/traits.hpp>
+
+namespace kflash::impl {
+
+struct HostTeamDeviceTraits : DeviceTraits {
+  static constexpr bool is_host = true;  // the data is in host memory
+  static constexpr int vector_length = 1;
+  static constexpr int row_team_size = 2;
+  static constexpr index_t tile = 16;
+  static constexpr index_t lane_cols = 64;
+  static constexpr int lane_team_size = 2;
+  static constexpr int min_team_size = 1;
+  static constexpr int team_multiple = 1;
+  static constexpr int max_team_size = 2;
+  template <class T>
+  static constexpr int team_regs = 64;
+  static constexpr index_t block_q = 2;
+  static constexpr index_t block_k = 8;
+  /// Teams of 2 threads, 4 register blocks each; Dv up to 16 and 32 (larger: the per-row schedule).
+  template <class T, int DV, bool Narrow>
+  using team_shape = std::conditional_t<Narrow, TeamAttentionShape<T, 4, 8, 1, 4, DV, 4>,
+                                        TeamAttentionShape<T, 8, 8, 2, 4, DV, 4>>;
+  static constexpr int team_dv_small = 16, team_dv_large = 32;
+};
+
+template <>
+struct ScheduleTraits<Kokkos::OpenMP> : HostTeamDeviceTraits {};
+
+}  // namespace kflash::impl
+
+#define TEST_EXECSPACE Kokkos::OpenMP
+#define TEST_CATEGORY openmp_device_schedules
