@@ -93,7 +93,9 @@ const char* isa_name(Isa i) {
     default: return baseline::call;            \
   }
 #else
-#define KFLASH_IMPL_DISPATCH(which, call) return baseline::call;
+#define KFLASH_IMPL_DISPATCH(which, call) \
+  (void)which;                            \
+  return baseline::call;
 #endif
 
 SoftmaxState<float> row_state(Isa which, const float* x, index_t n) { KFLASH_IMPL_DISPATCH(which, row_state(x, n)) }

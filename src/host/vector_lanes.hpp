@@ -9,6 +9,7 @@
 
 namespace kflash::impl::host::internal {
 
+#ifdef KFLASH_IMPL_VECTOR_EXT
 template <class T, int VB>
 struct VectorLanes {
   using V = Vec<T, VB>;
@@ -58,5 +59,12 @@ struct VectorLanes {
     LaneExp<T, VB>::template apply<width>(x.p + i, m, w);
   }
 };
+
+#else
+// Without vector extensions (builds through nvcc, whose tile templates are also device functions):
+// the plain lanes themselves.
+template <class T, int VB>
+using VectorLanes = ScalarLanes<T>;
+#endif
 
 }  // namespace kflash::impl::host::internal

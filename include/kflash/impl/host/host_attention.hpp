@@ -73,7 +73,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, 
       attention_tile(tile);
     }
     for (index_t r = 0; r < nrows; ++r)
-      this->store(w, row_of(hk, rho0 + r), [&](index_t d) { return os(r, d); }, st(r));
+      this->store(w, row_of(hk, rho0 + r), TileRow<Tile>{os, r}, st(r));
   }
 };
 

@@ -62,7 +62,7 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Part
 
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
-      this->store(w, row_of(hk, rho0 + r), [&](index_t d) { return os(r, d); }, st(r));
+      this->store(w, row_of(hk, rho0 + r), TileRow<Tile>{os, r}, st(r));
     });
   }
 };

@@ -106,6 +106,14 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
   return plan_splits<Traits>(exec, p);
 }
 
+/// Row r of a tile in scratch, as a function of the column.
+template <class Tile>
+struct TileRow {
+  Tile tile;
+  index_t r;
+  KOKKOS_INLINE_FUNCTION auto operator()(index_t d) const { return tile(r, d); }
+};
+
 /// The parts of an attention kernel that do not depend on the schedule: which rows, keys and split
 /// a team's league rank stands for, and where a row's output goes. With Partial, a key split's
 /// normalised output and lse go to o(split, ...) and lse(split, ...), in the format

@@ -112,10 +112,11 @@ KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
   constexpr int W = Lanes::width, C = Lanes::chains;
   typename Lanes::Block m[C];
   for (int c = 0; c < C; ++c) Lanes::fill(m[c], -infinity<T>());
+  const index_t chains_end = b + (e - b) / (C * W) * (C * W), blocks_end = b + (e - b) / W * W;
   index_t i = b;
-  for (; i + C * W <= e; i += C * W)
+  for (; i < chains_end; i += C * W)
     for (int c = 0; c < C; ++c) Lanes::max(m[c], value, i + c * W);
-  for (; i + W <= e; i += W) Lanes::max(m[0], value, i);
+  for (; i < blocks_end; i += W) Lanes::max(m[0], value, i);
   for (int h = C / 2; h >= 1; h /= 2)
     for (int c = 0; c < h; ++c) Lanes::max(m[c], m[c + h]);
   T r = Lanes::max_lanes(m[0]);
