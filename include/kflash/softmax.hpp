@@ -20,7 +20,7 @@ void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
   require_rank(fn, "x", x, 1, 2);
   require_same_shape(fn, "x", x, "y", y);
   if constexpr (view_rank<XView> == view_rank<YView> && view_rank<XView> >= 1 && view_rank<XView> <= 2) {
-    run_rows<Op>(exec, Rows<XView>{x}, Rows<YView>{y});
+    dispatch_rows<Op>(exec, Rows<XView>{x}, Rows<YView>{y});
   }
 }
 
@@ -58,7 +58,7 @@ void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
                                             "with one element per row of rank-2 x");
   }
   if constexpr ((xr == 1 || xr == 2) && outr == xr - 1) {
-    run_rows<RowOp::logsumexp>(exec, Rows<XView>{x}, LseOut<OutView>{out});
+    dispatch_rows<RowOp::logsumexp>(exec, Rows<XView>{x}, LseOut<OutView>{out});
   }
 }
 

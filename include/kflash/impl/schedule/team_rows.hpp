@@ -173,7 +173,7 @@ TeamRowPlan plan_team_rows(index_t cols, int max_team_size, bool lanes_allowed) 
   return p;
 }
 
-/// Runs rows through the device row schedules of Traits (RowTraits, or a test's), Regs registers
+/// Runs rows through the device row schedules of Traits (ScheduleTraits, or a test's), Regs registers
 /// per thread in the team tier: whole rows (plan.chunks == 1) by lanes or by teams, split rows by
 /// teams per chunk (their states in a workspace, merged, then x read again for the outputs).
 /// Returns false, running nothing, when no tier holds the rows or their chunks.

@@ -21,7 +21,7 @@ inline const char* row_op_name(RowOp op) {
 }
 
 template <RowOp Op, class ExecSpace, class XRows, class YRows>
-void run_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
+void dispatch_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
   using Traits = ScheduleTraits<ExecSpace>;
   RowPlan plan = plan_rows<T, Traits>(exec, x.rows(), x.cols());
