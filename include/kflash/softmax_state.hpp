@@ -54,8 +54,12 @@ struct SoftmaxState {
   /// NaN if an entry is NaN.
   KOKKOS_INLINE_FUNCTION T logsumexp() const { return logsumexp(impl::log(total())); }
 
-  /// The same, with log(total()) computed by the caller (rows that take their logs together).
-  KOKKOS_INLINE_FUNCTION T logsumexp(T log_total) const { return max + log_total; }
+  /// The same, with log(total()) computed by the caller (rows that take their logs together), in
+  /// T or a wider type L, in which the sum is then rounded once.
+  template <class L>
+  KOKKOS_INLINE_FUNCTION T logsumexp(L log_total) const {
+    return T(L(max) + log_total);
+  }
 
   /// Adds exp(x - max) for an x <= max (or NaN).
   KOKKOS_INLINE_FUNCTION void add_term(T t) {

@@ -139,9 +139,9 @@ void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>
 }
 
 /// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
-/// maxima, then their weights' sums (softmax's weights go to y), then their states, then the logs that logsumexp and
-/// log_softmax need, taken together in vectors (log_of_total), then their outputs. Each step's
-/// chains of dependent operations are short, and the rows' chains overlap.
+/// maxima, then their weights' sums (softmax's weights go to y), then their states, then the logs
+/// that logsumexp and log_softmax need, taken together in vectors (log_of_total), then their
+/// outputs. Each step's chains of dependent operations are short, and the rows' chains overlap.
 template <class T, int VB>
 void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
   constexpr index_t group = HostTraits::short_group;
@@ -174,16 +174,18 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
     return;
   }
   double l[group], log_l[group];
+  bool in_range[group];
   for (index_t i = 0; i < group; ++i) {
     const double total = i < g ? double(s[i].total()) : 1.0;
-    l[i] = in_log_of_total_range(total) ? total : 1.0;
+    in_range[i] = in_log_of_total_range(total);
+    l[i] = in_range[i] ? total : 1.0;
   }
   for (index_t i = 0; i < group; ++i) log_l[i] = log_of_total(l[i]);
   for (index_t i = 0; i < g; ++i)  // totals outside its range (an empty row, NaN, fp64 beyond 2^1023)
-    if (!in_log_of_total_range(double(s[i].total()))) log_l[i] = double(impl::log(s[i].total()));
+    if (!in_range[i]) log_l[i] = double(impl::log(s[i].total()));
   for (index_t i = 0; i < g; ++i) {
     if (blk.op == RowOp::logsumexp) {
-      blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(T(log_l[i]));
+      blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(log_l[i]);
     } else {
       const SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob, T(log_l[i]));
       write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, false);

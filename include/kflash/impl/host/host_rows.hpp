@@ -4,7 +4,6 @@
 
 #include <kflash/impl/host/host_kernels.hpp>
 #include <kflash/impl/schedule/row_kernel.hpp>
-#include <kflash/impl/workspace.hpp>
 
 #include <string>
 
@@ -73,11 +72,11 @@ struct HostRowKernel {
     const index_t begin = c * p.chunk_len;
     const index_t n = (begin + p.chunk_len < p.cols ? begin + p.chunk_len : p.cols) - begin;
     const T* xr = x.row(r) + begin;
-    SoftmaxState<T> s = SoftmaxState<T>::identity();
     if (phase == RowPhase::partial) {
       ws(r, c) = row_state(xr, n);
       return;
     }
+    SoftmaxState<T> s = SoftmaxState<T>::identity();
     for (index_t j = 0; j < p.chunks; ++j) s.merge(ws(r, j));
     if constexpr (Op == RowOp::logsumexp) {
       y(r, 0) = s.logsumexp();
@@ -103,17 +102,10 @@ void run_host_rows(const ExecSpace& exec, const XRows& x, const YRows& y, const 
     Kokkos::parallel_for(label, policy, Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
     return;
   }
-  // Several teams per row: chunk states into a workspace, then merge them and write. logsumexp
-  // writes one value per row, so its finish phase has one item per row.
-  const CachedWorkspace<Kokkos::HostSpace> scratch(
-      exec, sizeof(SoftmaxState<T>) * std::size_t(rows.rows * rows.chunks), label + " workspace");
-  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), rows.rows, rows.chunks);
-  Kokkos::parallel_for(label + " partial", Policy(exec, int(rows.rows * rows.chunks), 1, 1),
-                       Kernel{x, y, ws, plan, RowPhase::partial, rows.chunks});
-  const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : rows.chunks;
-  Kokkos::parallel_for(label + " finish", Policy(exec, int(rows.rows * finish_per_row), 1, 1),
-                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row});
-  exec.fence();  // the workspace must outlive the kernels
+  run_split_rows<Op, T, Kokkos::HostSpace>(
+      exec, rows, label, [&](const std::string& name, RowPhase phase, index_t items, index_t per_row, Workspace ws) {
+        Kokkos::parallel_for(name, Policy(exec, int(items), 1, 1), Kernel{x, y, ws, plan, phase, per_row});
+      });
 }
 
 }  // namespace kflash::impl::host

@@ -75,6 +75,22 @@ struct RowKernel {
   }
 };
 
+/// Runs rows split into chunks (plan.chunks > 1): each chunk's state into a workspace of rows x
+/// chunks states (partial), then each chunk merges its row's states and writes its outputs
+/// (finish; logsumexp writes one value per row, so its finish has one item per row).
+/// launch(label, phase, items, items_per_row, ws) runs one phase.
+template <RowOp Op, class T, class MemorySpace, class ExecSpace, class Launch>
+void run_split_rows(const ExecSpace& exec, const RowPlan& plan, const std::string& label, const Launch& launch) {
+  using Workspace = Kokkos::View<SoftmaxState<T>**, MemorySpace, Kokkos::MemoryUnmanaged>;
+  const CachedWorkspace<MemorySpace> scratch(
+      exec, sizeof(SoftmaxState<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
+  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), plan.rows, plan.chunks);
+  launch(label + " partial", RowPhase::partial, plan.rows * plan.chunks, plan.chunks, ws);
+  const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : plan.chunks;
+  launch(label + " finish", RowPhase::finish, plan.rows * finish_per_row, finish_per_row, ws);
+  exec.fence();  // the workspace must outlive the kernels
+}
+
 /// Runs rows through RowKernel on plan p.
 template <RowOp Op, class Traits, class ExecSpace, class XRows, class YRows>
 void run_row_kernel(const ExecSpace& exec, const XRows& x, const YRows& y, const RowPlan& plan,
@@ -90,16 +106,10 @@ void run_row_kernel(const ExecSpace& exec, const XRows& x, const YRows& y, const
     Kokkos::parallel_for(label, policy(plan.rows), Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
     return;
   }
-  // logsumexp writes one value per row, so its finish phase has one item per row.
-  const CachedWorkspace<memory_space> scratch(
-      exec, sizeof(SoftmaxState<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
-  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), plan.rows, plan.chunks);
-  Kokkos::parallel_for(label + " partial", policy(plan.rows * plan.chunks),
-                       Kernel{x, y, ws, plan, RowPhase::partial, plan.chunks});
-  const index_t finish_per_row = Op == RowOp::logsumexp ? 1 : plan.chunks;
-  Kokkos::parallel_for(label + " finish", policy(plan.rows * finish_per_row),
-                       Kernel{x, y, ws, plan, RowPhase::finish, finish_per_row});
-  exec.fence();  // the workspace must outlive the kernels
+  run_split_rows<Op, T, memory_space>(
+      exec, plan, label, [&](const std::string& name, RowPhase phase, index_t items, index_t per_row, Workspace ws) {
+        Kokkos::parallel_for(name, policy(items), Kernel{x, y, ws, plan, phase, per_row});
+      });
 }
 
 }  // namespace kflash::impl
