@@ -318,16 +318,86 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
 
 // --- attention ---------------------------------------------------------------------------------
 
+/// An attention option a case turns on (beyond causal and the window).
+enum class AttnOption { none, softcap, alibi, sinks, bias, mask };
+
+inline const char* option_name(AttnOption o) {
+  switch (o) {
+    case AttnOption::softcap: return "softcap";
+    case AttnOption::alibi: return "alibi";
+    case AttnOption::sinks: return "sinks";
+    case AttnOption::bias: return "bias";
+    case AttnOption::mask: return "mask";
+    default: return "";
+  }
+}
+
 struct AttnCase {
   index_t B, H, Hk, Nq, Nk, D;
   bool causal;
   bool decode;  // reported as bytes of K and V read, against the read bandwidth
+  int window = -1;  // window_left (with window_right 0), -1: none
+  AttnOption option = AttnOption::none;
 };
 
 inline std::string attn_shape(const AttnCase& c) {
   return std::to_string(c.B) + "x" + std::to_string(c.H) + (c.Hk != c.H ? "(kv" + std::to_string(c.Hk) + ")" : "") +
          "x" + std::to_string(c.Nq) + (c.Nk != c.Nq ? "x" + std::to_string(c.Nk) : "") + "x" +
-         std::to_string(c.D) + (c.causal ? "/causal" : "");
+         std::to_string(c.D) + (c.causal ? "/causal" : "") +
+         (c.window >= 0 ? "/window" + std::to_string(c.window) : "") +
+         (c.option != AttnOption::none ? std::string("/") + option_name(c.option) : "");
+}
+
+/// The options of case c; the Views they need are made here (filled with moderate values).
+template <class Exec, class T>
+kflash::AttentionOptions attn_options(const AttnCase& c) {
+  using mem = typename Exec::memory_space;
+  kflash::AttentionOptions opt;
+  opt.causal = c.causal;
+  if (c.window >= 0) {
+    opt.window_left = c.window;
+    opt.window_right = 0;
+  }
+  switch (c.option) {
+    case AttnOption::softcap: opt.softcap = 30; break;
+    case AttnOption::alibi: {
+      Kokkos::View<T*, mem> slopes("slopes", c.H);
+      Kokkos::deep_copy(slopes, T(0.0625));
+      opt.alibi_slopes = slopes;
+      break;
+    }
+    case AttnOption::sinks: {
+      Kokkos::View<T*, mem> sinks("sinks", c.H);
+      Kokkos::deep_copy(sinks, T(0.5));
+      opt.sinks = sinks;
+      break;
+    }
+    case AttnOption::bias: {  // one bias for every batch and head, as relative-position biases are
+      Kokkos::View<T****, Kokkos::LayoutRight, mem> bias("bias", 1, 1, c.Nq, c.Nk);
+      fill_normal(bias, 4);
+      opt.bias = bias;
+      break;
+    }
+    case AttnOption::mask: {
+      Kokkos::View<bool****, Kokkos::LayoutRight, mem> mask("mask", 1, 1, c.Nq, c.Nk);
+      Kokkos::deep_copy(mask, true);
+      opt.mask = mask;
+      break;
+    }
+    default: break;
+  }
+  return opt;
+}
+
+/// The (query, key) pairs of case c that the causal mask and the window leave visible.
+inline double visible_pairs(const AttnCase& c) {
+  const kflash::impl::KeyMask mask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
+  double pairs = 0;
+  for (index_t i = 0; i < c.Nq; ++i) {
+    const kflash::impl::KeyRange keys = mask.keys_of(i);
+    pairs += double(keys.end - keys.begin);
+  }
+  return pairs;
 }
 
 /// variant 0: kflash::attention; 1: materialised (S = scale Q K^T by GEMM, row softmax, O = P V by
@@ -342,8 +412,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   fill_normal(q, 1);
   fill_normal(k, 2);
   fill_normal(v, 3);
-  kflash::AttentionOptions opt;
-  opt.causal = c.causal;
+  const kflash::AttentionOptions opt = attn_options<Exec, T>(c);
   const std::string key = backend + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
   double s = 0;
   if (variant == 0) {
@@ -366,7 +435,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     });
 #endif
   }
-  const double flops = 4.0 * c.B * c.H * double(c.Nq) * c.Nk * c.D * (c.causal ? 0.5 : 1.0);
+  const double flops = 4.0 * c.B * c.H * visible_pairs(c) * c.D;  // visible pairs only
   const double bytes = 2.0 * c.B * c.Hk * double(c.Nk) * c.D * sizeof(T);  // K and V read once
   if (c.decode) set_rate(state, bytes, "GB/s");
   else set_rate(state, flops, "GFLOP/s");
@@ -376,7 +445,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   }
   kflash::impl::AttentionPlan p;
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
-  p.mask = kflash::impl::KeyMask{c.Nq, c.Nk, c.causal};
+  p.mask = kflash::impl::KeyMask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
   p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
   const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
   // Host attention is held against the BLAS GEMM of the same threads, device attention against

@@ -16,10 +16,13 @@ void attention_tile(const AttentionTile<T>& t) {
   constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors, DB = HostTraits::dot_block;
   static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
-  if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
-    gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D);
-  } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
-    gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+  if (t.part != TilePart::update) {
+    if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
+      gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D);
+    } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
+      gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+    }
+    if (t.part == TilePart::scores) return;
   }
   for (index_t r = 0; r < t.rows; ++r) {
     T* s = t.s + r * t.bk;

@@ -99,6 +99,17 @@ KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   return bits_as<T>(bits_as<bits_type>(p * scale) & ~under);
 }
 
+/// tanh(x) as sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|) <= 1, by exp_nonpositive: within a
+/// few units of T's epsilon in absolute terms (not relative, near 0), which is what a score
+/// softcap * tanh(s / softcap) needs; +-1 at +-inf, NaN for NaN. Vectorises like exp_nonpositive.
+template <class T>
+KOKKOS_INLINE_FUNCTION T tanh(T x) {
+  const T a = x < T(0) ? -x : x;
+  const T e = exp_nonpositive(T(-2) * a);
+  const T t = (T(1) - e) / (T(1) + e);
+  return x < T(0) ? -t : t;
+}
+
 /// Whether x is finite: x - x is 0 for finite x, NaN for infinities and NaN.
 template <class T>
 KOKKOS_INLINE_FUNCTION bool is_finite(T x) {

@@ -8,9 +8,9 @@
 
 namespace kflash::impl::host {
 
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct HostAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
   using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
   using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
   using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
@@ -70,7 +70,21 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, 
           prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
         }
       }
+      if (!this->stage.active) {
+        attention_tile(tile);
+        continue;
+      }
+      // The score stage between the products, on each row's visible keys.
+      tile.part = TilePart::scores;
       attention_tile(tile);
+      for (index_t r = 0; r < nrows; ++r) {
+        const RowAt at = this->at(w, row_of(hk, rho0 + r));
+        T* s = &ss(r, 0);
+        for (index_t j = keys(r).begin; j < keys(r).end; ++j) s[j] = this->stage(s[j], at, t0 + j);
+      }
+      tile.part = TilePart::update;
+      attention_tile(tile);
+      tile.part = TilePart::whole;
     }
     for (index_t r = 0; r < nrows; ++r)
       this->store(w, row_of(hk, rho0 + r), TileRow<Tile>{os, r}, st(r));

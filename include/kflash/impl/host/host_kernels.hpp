@@ -63,6 +63,10 @@ struct RowBlock {
 void run_rows(const RowBlock<float>& block);
 void run_rows(const RowBlock<double>& block);
 
+/// Which part of attention_tile() to run: all of it, or the scores alone and then the rest (so that
+/// the host schedule applies a score stage of its own in between).
+enum class TilePart { whole, scores, update };
+
 /// One K/V tile of attention for a block of query rows, in place on the block's running state:
 ///   s = q k^T (rows x bk); the score stage masks each row to its visible keys (keys); per row the
 ///   tile's (m, l) and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
@@ -84,6 +88,7 @@ struct AttentionTile {
   const T* k = nullptr;
   index_t ldk = 0;
   index_t ldv = 0;
+  TilePart part = TilePart::whole;
 };
 
 void attention_tile(const AttentionTile<float>& tile);

@@ -7,9 +7,9 @@
 
 namespace kflash::impl {
 
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct AttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
   using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
   using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
 
@@ -42,15 +42,16 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Part
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
+        const Row at = row_of(hk, rho0 + r);
+        const KeyRange keys = this->keys_of(at.i).in_tile(t0, nk);
         for (index_t j = 0; j < nk; ++j) {
           T score = 0;
           for (index_t d = 0; d < p.D; ++d) score += qs(r, d) * ks(j, d);
-          ss(r, j) = score;
+          ss(r, j) = staged_score(this->stage, score, this->at(w, at), keys, j, t0);
         }
         SoftmaxState<T> row = st(r);
         const OutputFactors<T> f = tile_step<ScalarLanes<T>, T>(
-            row, this->keys_of(row_of(hk, rho0 + r).i).in_tile(t0, nk), nk, [&](index_t j) { return ss(r, j); },
-            [&](index_t j, T x) { ss(r, j) = x; });
+            row, keys, nk, [&](index_t j) { return ss(r, j); }, [&](index_t j, T x) { ss(r, j) = x; });
         st(r) = row;
         for (index_t d = 0; d < p.Dv; ++d) os(r, d) = f.kept(os(r, d));
         for (index_t j = 0; j < nk; ++j) {

@@ -115,10 +115,10 @@ struct TileRow {
 };
 
 /// The parts of an attention kernel that do not depend on the schedule: which rows, keys and split
-/// a team's league rank stands for, and where a row's output goes. With Partial, a key split's
-/// normalised output and lse go to o(split, ...) and lse(split, ...), in the format
+/// a team's league rank stands for, the score stage, and where a row's output goes. With Partial, a
+/// key split's normalised output and lse go to o(split, ...) and lse(split, ...), in the format
 /// merge_attention() takes; otherwise to the final o and lse.
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
+template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct AttentionKernelBase {
   using T = typename OV::non_const_value_type;
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -135,6 +135,8 @@ struct AttentionKernelBase {
   bool has_lse;
   AttentionPlan p;
   T scale;
+  Stage stage;
+  Strided<T> sinks;  // one logit per query head, joining each row's denominator (off when null)
   int scratch_level;
 
   /// Query head and row of a block's row: row rho of K/V head hk is query row rho % Nq of head
@@ -162,33 +164,44 @@ struct AttentionKernelBase {
     w.nrows = p.group * p.Nq - w.rho0 < p.bq ? p.group * p.Nq - w.rho0 : p.bq;
     w.kb = w.split * p.split_len;
     w.ke = w.kb + p.split_len < p.Nk ? w.kb + p.split_len : p.Nk;
-    // The tiles no row of the block sees are skipped: the keys end where the block's row that sees
-    // the most keys stops seeing them (its last row, or the last query row where the block spans
-    // two heads).
-    const index_t last_i =
-        w.rho0 / p.Nq == (w.rho0 + w.nrows - 1) / p.Nq ? (w.rho0 + w.nrows - 1) % p.Nq : p.Nq - 1;
-    const index_t end = p.mask.keys_of(last_i).end;
-    if (end < w.ke) w.ke = end;
+    // The tiles no row of the block sees are skipped: the block's rows see the keys from where its
+    // first query row starts seeing them to where its last stops (where the block spans two heads,
+    // from query row 0 or to query row Nq - 1).
+    const bool one_head = w.rho0 / p.Nq == (w.rho0 + w.nrows - 1) / p.Nq;
+    const KeyRange seen = p.mask.keys_of_rows(one_head ? w.rho0 % p.Nq : 0,
+                                              one_head ? (w.rho0 + w.nrows - 1) % p.Nq : p.Nq - 1);
+    if (seen.begin > w.kb) w.kb = seen.begin;
+    if (seen.end < w.ke) w.ke = seen.end;
+    if (w.ke < w.kb) w.ke = w.kb;
     return w;
   }
 
   /// The keys query row i sees.
   KOKKOS_INLINE_FUNCTION KeyRange keys_of(index_t i) const { return p.mask.keys_of(i); }
+  /// Where block w's row `row` is, for the score stage.
+  KOKKOS_INLINE_FUNCTION RowAt at(const Block& w, Row row) const { return RowAt{w.b, row.h, row.i}; }
 
   KOKKOS_INLINE_FUNCTION T& out(const Block& w, Row row, index_t d) const {
     if constexpr (Partial) return o(w.split, w.b, row.h, row.i, d);
     else return o(w.b, row.h, row.i, d);
+  }
+  /// Finishes row `row`'s state st (the sink joins it, in the first key split only) and returns the
+  /// factor that turns its running O into the output.
+  KOKKOS_INLINE_FUNCTION T finish(const Block& w, Row row, SoftmaxState<T>& st) const {
+    T fa = T(1);
+    if (sinks.on() && w.split == 0) fa = OutputFactors<T>::merge(st, SoftmaxState<T>::of(sinks(row.h))).fa;
+    return fa * SoftmaxNormalizer<T>(st).inv_sum;
   }
   KOKKOS_INLINE_FUNCTION void store_lse(const Block& w, Row row, const SoftmaxState<T>& st) const {
     if (!has_lse) return;
     if constexpr (Partial) lse(w.split, w.b, row.h, row.i) = st.logsumexp();
     else lse(w.b, row.h, row.i) = st.logsumexp();
   }
-  /// Row `row`'s output O / l and lse, from its running O (o_col(d), d < Dv) and state.
+  /// Row `row`'s output and lse, from its running O (o_col(d), d < Dv) and state.
   template <class OCol>
-  KOKKOS_INLINE_FUNCTION void store(const Block& w, Row row, const OCol& o_col, const SoftmaxState<T>& st) const {
-    const T inv_sum = SoftmaxNormalizer<T>(st).inv_sum;
-    for (index_t d = 0; d < p.Dv; ++d) out(w, row, d) = o_col(d) * inv_sum;
+  KOKKOS_INLINE_FUNCTION void store(const Block& w, Row row, const OCol& o_col, SoftmaxState<T> st) const {
+    const T factor = finish(w, row, st);
+    for (index_t d = 0; d < p.Dv; ++d) out(w, row, d) = o_col(d) * factor;
     store_lse(w, row, st);
   }
 };

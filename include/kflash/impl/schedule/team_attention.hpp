@@ -13,9 +13,9 @@ namespace kflash::impl {
 /// Per K/V tile: stage K (transposed) and V; S = Q K^T by register blocks, masked; the tile's row
 /// maxima across key groups; the weights exp(s - m_tile) and their partial sums; each row's state
 /// merged with the tile's state (the monoid), giving the factors fa, fb; O = fa O + fb P V.
-template <class ExecSpace, class Shape, class QV, class KV, class VV, class OV, class LV, bool Partial>
-struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial> {
-  using Base = AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, Partial>;
+template <class ExecSpace, class Shape, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
+struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
+  using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
   using typename Base::T, typename Base::member_type, typename Base::Tile, typename Base::States;
   static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
 
@@ -89,11 +89,12 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, 
         }
         // The score stage: the pairs a row does not see (and the keys past the tile) are -inf.
         for (int a = 0; a < TM; ++a) {
-          const KeyRange keys = r0 + a < w.nrows ? this->keys_of(this->row_of(w.hk, w.rho0 + r0 + a).i).in_tile(t0, nk)
-                                                 : KeyRange{0, nk};
+          const bool real = r0 + a < w.nrows;
+          const auto row = this->row_of(w.hk, w.rho0 + (real ? r0 + a : 0));
+          const KeyRange keys = real ? this->keys_of(row.i).in_tile(t0, nk) : KeyRange{0, nk};
           T m = -infinity<T>();
           for (int c = 0; c < TN; ++c) {
-            const T x = score_stage(acc[a][c], keys, index_t(j0 + c));
+            const T x = staged_score(this->stage, acc[a][c], this->at(w, row), keys, index_t(j0 + c), t0);
             s[bb][a][c] = x;
             m = x > m ? x : m;
           }
@@ -158,10 +159,10 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, QV, KV, VV, OV, LV, 
         const index_t r = r0 + a;
         if (r >= w.nrows) continue;
         const auto row = this->row_of(w.hk, w.rho0 + r);
-        const SoftmaxState<T> state = st(r);
-        const T inv_sum = SoftmaxNormalizer<T>(state).inv_sum;
+        SoftmaxState<T> state = st(r);
+        const T factor = this->finish(w, row, state);
         for (int c = 0; c < TNO; ++c)
-          if (c0 + c < Dv) this->out(w, row, c0 + c) = o[bb][a][c] * inv_sum;
+          if (c0 + c < Dv) this->out(w, row, c0 + c) = o[bb][a][c] * factor;
         if (c0 == 0) this->store_lse(w, row, state);
       }
     }

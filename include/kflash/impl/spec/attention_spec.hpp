@@ -15,16 +15,26 @@
 namespace kflash::impl {
 
 /// The kernel of a schedule: Shape = void for the per-row schedules, else a TeamAttentionShape.
-template <class Traits, class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Partial>
+template <class Traits, class Shape, class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV,
+          bool Partial>
 using AttentionKernelOf = std::conditional_t<
-    !std::is_void<Shape>::value, TeamAttentionKernel<ExecSpace, Shape, QV, KV, VV, OV, LV, Partial>,
-    std::conditional_t<Traits::host_kernels, host::HostAttentionKernel<ExecSpace, QV, KV, VV, OV, LV, Partial>,
-                       AttentionKernel<ExecSpace, QV, KV, VV, OV, LV, Partial>>>;
+    !std::is_void<Shape>::value, TeamAttentionKernel<ExecSpace, Shape, Stage, QV, KV, VV, OV, LV, Partial>,
+    std::conditional_t<Traits::host_kernels,
+                       host::HostAttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>,
+                       AttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>>>;
+
+/// What a call adds to q, k, v: the scale, the score stage and the sinks.
+template <class T, class Stage>
+struct AttentionTerms {
+  T scale;
+  Stage stage;
+  Strided<T> sinks;
+};
 
 /// Runs a planned call with the kernel of Shape.
-template <class Traits, class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
-void run_attention(const ExecSpace& exec, const AttentionPlan& p, typename OV::non_const_value_type scale,
-                   const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class Traits, class Shape, class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
+void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const QV& q, const KV& k,
+                   const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = typename OV::non_const_value_type;
   const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
   auto launch = [&](const char* label, auto kernel) {
@@ -37,9 +47,9 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, typename OV::n
                          kernel);
   };
   auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
-    using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, QV, KV, VV, decltype(o_view), decltype(lse_view),
-                                     decltype(partial)::value>;
-    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, scale, 0}};
+    using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, decltype(o_view),
+                                     decltype(lse_view), decltype(partial)::value>;
+    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks, 0}};
   };
   if (p.nsplits == 1) {
     launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
@@ -61,26 +71,26 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, typename OV::n
 }
 
 /// Plans and runs a call whose shapes and options are in p, under the space's traits.
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
-void dispatch_attention(const ExecSpace& exec, AttentionPlan p, typename OV::non_const_value_type scale, const QV& q,
-                   const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
+void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const QV& q, const KV& k,
+                        const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = typename OV::non_const_value_type;
   using Traits = ScheduleTraits<ExecSpace>;
   p = plan_attention<T, Traits>(exec, p);
   with_team_shape<T, Traits>(p, [&](auto shape) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
-    run_attention<Traits, Shape>(exec, p, scale, q, k, v, o, lse, has_lse);
+    run_attention<Traits, Shape>(exec, p, terms, q, k, v, o, lse, has_lse);
   });
 }
 
 /// The same through the team schedule of the given TeamAttentionShape, whatever the traits choose
 /// (the tests run it on host teams).
-template <class Shape, class ExecSpace, class QV, class KV, class VV, class OV, class LV>
-void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, typename OV::non_const_value_type scale,
-                              const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class Shape, class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
+void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const QV& q, const KV& k,
+                              const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using Traits = ScheduleTraits<ExecSpace>;
   p = plan_splits<Traits>(exec, with_shape<Traits, Shape>(p));
-  run_attention<Traits, Shape>(exec, p, scale, q, k, v, o, lse, has_lse);
+  run_attention<Traits, Shape>(exec, p, terms, q, k, v, o, lse, has_lse);
 }
 
 }  // namespace kflash::impl

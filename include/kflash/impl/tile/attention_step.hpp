@@ -1,12 +1,24 @@
 // Attention's tile step, the one place a tile of scores becomes state: after the backend's product
-// S = Q K^T (q pre-scaled), the score stage removes the pairs the mask hides (their score becomes
-// -inf, so their weight is exactly 0); the tile's (m, l) and weights follow (tile_state.hpp); the
-// row's state absorbs the tile's, and O is updated through OutputFactors (attention_state.hpp).
-// The mask has one representation: the range of keys each query row sees.
+// S = Q K^T (q pre-scaled), the score stage turns each raw score into the final one (softcap, ALiBi,
+// bias, the user's score_mod) and removes the pairs the masks hide (their score becomes -inf, so
+// their weight is exactly 0); the tile's (m, l) and weights follow (tile_state.hpp); the row's state
+// absorbs the tile's, and O is updated through OutputFactors (attention_state.hpp).
+// Causal and window masks have one representation: the range of keys each query row sees, which
+// also tells the schedules which tiles to skip. The mask View and mask_mod act pair by pair.
 #pragma once
 
 #include <kflash/attention_state.hpp>
 #include <kflash/impl/tile/tile_state.hpp>
+
+#include <type_traits>
+
+namespace kflash {
+
+/// attention()'s user functors when none is given: scores and pairs pass unchanged.
+struct NoScoreMod {};
+struct NoMaskMod {};
+
+}  // namespace kflash
 
 namespace kflash::impl {
 
@@ -24,15 +36,25 @@ struct KeyRange {
   }
 };
 
-/// Which keys each query row of a sequence of Nq queries and Nk keys sees: all of them, or with
-/// `causal` the keys j <= i + Nk - Nq (aligned bottom-right).
+/// Which keys each query row of a sequence of Nq queries and Nk keys sees, aligned bottom-right: row
+/// i's diagonal key is c = i + Nk - Nq, and it sees the keys j with c - left <= j <= c + right
+/// (left, right = -1: unbounded on that side; causal is right = 0).
 struct KeyMask {
   index_t Nq = 0, Nk = 0;
-  bool causal = false;
+  index_t left = -1, right = -1;
   KOKKOS_INLINE_FUNCTION KeyRange keys_of(index_t i) const {
+    const index_t c = i + (Nk - Nq);
     KeyRange r;
-    r.end = causal ? i + (Nk - Nq) + 1 : Nk;
-    r.end = r.end < 0 ? 0 : (r.end < Nk ? r.end : Nk);
+    r.begin = left < 0 ? 0 : c - left;
+    r.end = right < 0 ? Nk : c + right + 1;
+    r.begin = r.begin < 0 ? 0 : (r.begin < Nk ? r.begin : Nk);
+    r.end = r.end < r.begin ? r.begin : (r.end < Nk ? r.end : Nk);
+    return r;
+  }
+  /// The keys any of the query rows [i0, i1] sees (their ranges move right with i).
+  KOKKOS_INLINE_FUNCTION KeyRange keys_of_rows(index_t i0, index_t i1) const {
+    KeyRange r{keys_of(i0).begin, keys_of(i1).end};
+    if (r.end < r.begin) r.end = r.begin;
     return r;
   }
 };
@@ -41,6 +63,75 @@ struct KeyMask {
 template <class T>
 KOKKOS_INLINE_FUNCTION T score_stage(T score, const KeyRange& keys, index_t j) {
   return keys.contains(j) ? score : -infinity<T>();
+}
+
+/// Where a query row is: batch b, query head h, row i of its sequence.
+struct RowAt {
+  index_t b, h, i;
+};
+
+/// A read-only array of up to 4 indices through element strides; a stride of 0 broadcasts its index.
+template <class V>
+struct Strided {
+  const V* data = nullptr;
+  index_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  KOKKOS_INLINE_FUNCTION bool on() const { return data != nullptr; }
+  KOKKOS_INLINE_FUNCTION V operator()(index_t a, index_t b = 0, index_t c = 0, index_t d = 0) const {
+    return data[a * s0 + b * s1 + c * s2 + d * s3];
+  }
+};
+
+/// The built-in score modifiers (each off unless set): softcap, ALiBi slopes by (b, h), an additive
+/// bias and a mask View (true: the pair is visible) by (b, h, i, j).
+template <class T>
+struct ScoreOptions {
+  T softcap = T(0);
+  T inv_softcap = T(0);
+  Strided<T> alibi;
+  Strided<T> bias;
+  Strided<bool> mask;
+  index_t diagonal = 0;  // Nk - Nq: row i's diagonal key is i + diagonal
+  bool any() const { return softcap != T(0) || alibi.on() || bias.on() || mask.on(); }
+};
+
+/// The score stage beyond the key ranges: the built-in modifiers, then the user's score_mod and
+/// mask_mod, in the order the README documents. `active` is false when every part is off, and the
+/// kernels then leave the scores as they are.
+template <class T, class ScoreMod = NoScoreMod, class MaskMod = NoMaskMod>
+struct ScoreStage {
+  static constexpr bool user_score = !std::is_same<ScoreMod, NoScoreMod>::value;
+  static constexpr bool user_mask = !std::is_same<MaskMod, NoMaskMod>::value;
+  ScoreOptions<T> opt;
+  ScoreMod score_mod;
+  MaskMod mask_mod;
+  bool active = false;
+
+  ScoreStage(const ScoreOptions<T>& o, const ScoreMod& s, const MaskMod& m)
+      : opt(o), score_mod(s), mask_mod(m), active(user_score || user_mask || o.any()) {}
+
+  /// The score of pair (row, key j) from its raw score scale * q . k; -inf where a mask hides it.
+  KOKKOS_INLINE_FUNCTION T operator()(T raw, const RowAt& row, index_t j) const {
+    T s = raw;
+    if (opt.softcap != T(0)) s = opt.softcap * impl::tanh(s * opt.inv_softcap);
+    if (opt.alibi.on()) {
+      const index_t d = row.i + opt.diagonal - j;
+      s -= opt.alibi(row.b, row.h) * T(d < 0 ? -d : d);
+    }
+    if (opt.bias.on()) s += opt.bias(row.b, row.h, row.i, j);
+    if constexpr (user_score) s = score_mod(s, row.b, row.h, row.i, j);
+    bool visible = !opt.mask.on() || opt.mask(row.b, row.h, row.i, j);
+    if constexpr (user_mask) visible = visible && mask_mod(row.b, row.h, row.i, j);
+    return visible ? s : -infinity<T>();
+  }
+};
+
+/// The whole score stage for key j of a tile starting at key t0, of a row at `row` that sees the
+/// tile's keys `keys` (indices in the tile).
+template <class Stage, class T>
+KOKKOS_INLINE_FUNCTION T staged_score(const Stage& stage, T raw, const RowAt& row, const KeyRange& keys, index_t j,
+                                      index_t t0) {
+  if (!keys.contains(j)) return -infinity<T>();
+  return stage.active ? stage(raw, row, t0 + j) : raw;
 }
 
 /// A row's step over one tile whose nk scores score(j) are in: the score stage (store(j, s) puts
