@@ -89,7 +89,7 @@ template <class T, class Shape>
 void team_schedule_cases() {
   const std::string name = "team schedule " + std::to_string(Shape::BQ) + "x" + std::to_string(Shape::BK) +
                            " team " + std::to_string(Shape::team_size);
-  const TeamScheduleAttention<Shape> team;
+  const TeamScheduleAttention<Shape> team{};
   unsigned seed = 100;
   // Blocks and tiles not filled (Nq, Nk not multiples of BQ, BK), rows of several heads in a block
   // (GQA), Dv below the shape's width, head dimensions from 1, rows that see no key (causal, Nq > Nk).
