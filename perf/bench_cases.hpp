@@ -389,9 +389,14 @@ kflash::AttentionOptions attn_options(const AttnCase& c) {
   return opt;
 }
 
+/// The keys each query row of case c sees (causal, or the window with window_right 0).
+inline kflash::impl::KeyMask attn_mask(const AttnCase& c) {
+  return kflash::impl::KeyMask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
+}
+
 /// The (query, key) pairs of case c that the causal mask and the window leave visible.
 inline double visible_pairs(const AttnCase& c) {
-  const kflash::impl::KeyMask mask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
+  const kflash::impl::KeyMask mask = attn_mask(c);
   double pairs = 0;
   for (index_t i = 0; i < c.Nq; ++i) {
     const kflash::impl::KeyRange keys = mask.keys_of(i);
@@ -445,7 +450,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   }
   kflash::impl::AttentionPlan p;
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
-  p.mask = kflash::impl::KeyMask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
+  p.mask = attn_mask(c);
   p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
   const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
   // Host attention is held against the BLAS GEMM of the same threads, device attention against

@@ -42,12 +42,13 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
-        const Row at = row_of(hk, rho0 + r);
-        const KeyRange keys = this->keys_of(at.i).in_tile(t0, nk);
+        const Row query = row_of(hk, rho0 + r);
+        const RowAt where = this->at(w, query);
+        const KeyRange keys = this->keys_of(query.i).in_tile(t0, nk);
         for (index_t j = 0; j < nk; ++j) {
           T score = 0;
           for (index_t d = 0; d < p.D; ++d) score += qs(r, d) * ks(j, d);
-          ss(r, j) = staged_score(this->stage, score, this->at(w, at), keys, j, t0);
+          ss(r, j) = staged_score(this->stage, score, where, keys, j, t0);
         }
         SoftmaxState<T> row = st(r);
         const OutputFactors<T> f = tile_step<ScalarLanes<T>, T>(
