@@ -6,10 +6,52 @@
 #include "gemm.hpp"
 #include "vector_lanes.hpp"
 
+#include <cstdint>
+
 #include <kflash/impl/host/host_kernels.hpp>
 #include <kflash/impl/tile/attention_step.hpp>
 
 namespace kflash::impl::host::internal {
+
+/// The built-in score stage on row scores s of a tile, over the keys the row sees: one plain loop
+/// per modifier, which the compiler vectorises for the variant's instruction set.
+template <class T>
+void score_stage_row(T* s, const KeyRange& keys, T softcap, T inv_softcap, const TileScoreRow<T>* row) {
+  const index_t jb = keys.begin, je = keys.end;
+  if (softcap != T(0))
+    for (index_t j = jb; j < je; ++j) s[j] = softcap * impl::tanh(s[j] * inv_softcap);
+  if (row == nullptr) return;
+  if (row->alibi) {
+    const T slope = row->slope;
+    const index_t c = row->diagonal;
+    if (c - jb < INT32_MAX && je - c < INT32_MAX) {  // distances as 32-bit integers, which convert in vectors
+      for (index_t j = jb; j < je; ++j) {
+        const std::int32_t d = std::int32_t(c - j);
+        s[j] -= slope * T(d < 0 ? -d : d);
+      }
+    } else {
+      for (index_t j = jb; j < je; ++j) s[j] -= slope * T(c > j ? c - j : j - c);
+    }
+  }
+  if (row->bias != nullptr) {
+    const T* bias = row->bias;
+    const index_t bs = row->bias_stride;
+    if (bs == 1) {
+      for (index_t j = jb; j < je; ++j) s[j] += bias[j];
+    } else {
+      for (index_t j = jb; j < je; ++j) s[j] += bias[j * bs];
+    }
+  }
+  if (row->mask != nullptr) {
+    const bool* mask = row->mask;
+    const index_t ms = row->mask_stride;
+    if (ms == 1) {
+      for (index_t j = jb; j < je; ++j) s[j] = mask[j] ? s[j] : -infinity<T>();
+    } else {
+      for (index_t j = jb; j < je; ++j) s[j] = mask[j * ms] ? s[j] : -infinity<T>();
+    }
+  }
+}
 
 template <class T, int VB>
 void attention_tile(const AttentionTile<T>& t) {
@@ -22,6 +64,10 @@ void attention_tile(const AttentionTile<T>& t) {
     } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
       gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
     }
+    if (t.softcap != T(0) || t.score_rows != nullptr)
+      for (index_t r = 0; r < t.rows; ++r)
+        score_stage_row(t.s + r * t.bk, t.keys[r], t.softcap, t.inv_softcap,
+                        t.score_rows != nullptr ? t.score_rows + r : nullptr);
     if (t.part == TilePart::scores) return;
   }
   for (index_t r = 0; r < t.rows; ++r) {

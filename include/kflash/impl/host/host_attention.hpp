@@ -14,12 +14,37 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
   using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
   using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
+  using ScoreRows = Kokkos::View<TileScoreRow<T>*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
+  static constexpr bool user_functors = Stage::user_score || Stage::user_mask;
 
-  /// q, K transposed, V, scores, O (V and O padded), states, each row's keys in the tile.
+  /// q, K transposed, V, scores, O (V and O padded), states, each row's keys and score stage in the
+  /// tile.
   static std::size_t scratch_bytes(const AttentionPlan& p) {
     return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.D, p.bk) + Tile::shmem_size(p.bk, p.dvp) +
            Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.dvp) + States::shmem_size(p.bq) +
-           Ranges::shmem_size(p.bq);
+           Ranges::shmem_size(p.bq) + ScoreRows::shmem_size(p.bq);
+  }
+
+  /// The compiled tile's part of the score stage for `row` in the tile from key t0: ALiBi, bias, and
+  /// the mask View unless the user's score_mod comes before it (then it stays header-side, with the
+  /// functors).
+  TileScoreRow<T> score_row(const RowAt& row, index_t t0) const {
+    const ScoreOptions<T>& so = this->stage.opt;
+    TileScoreRow<T> sr;
+    if (so.alibi.on()) {
+      sr.alibi = true;
+      sr.slope = so.alibi(row.b, row.h);
+      sr.diagonal = row.i + so.diagonal - t0;
+    }
+    if (so.bias.on()) {
+      sr.bias = &so.bias.data[row.b * so.bias.s0 + row.h * so.bias.s1 + row.i * so.bias.s2 + t0 * so.bias.s3];
+      sr.bias_stride = so.bias.s3;
+    }
+    if (so.mask.on() && !Stage::user_score) {
+      sr.mask = &so.mask.data[row.b * so.mask.s0 + row.h * so.mask.s1 + row.i * so.mask.s2 + t0 * so.mask.s3];
+      sr.mask_stride = so.mask.s3;
+    }
+    return sr;
   }
 
   void operator()(const member_type& team) const {
@@ -30,6 +55,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     Tile ss(scratch, p.bq, p.bk), os(scratch, p.bq, p.dvp);
     States st(scratch, p.bq);
     Ranges keys(scratch, p.bq);
+    ScoreRows score_rows(scratch, p.bq);
+    const ScoreOptions<T>& so = this->stage.opt;
+    const bool per_row = so.alibi.on() || so.bias.on() || (so.mask.on() && !Stage::user_score);
     for (index_t r = 0; r < nrows; ++r) {
       const Row row = row_of(hk, rho0 + r);
       for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
@@ -41,6 +69,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), keys.data(),
                           nrows,     0,         p.bk,      p.D,       p.dvp};
     tile.ldv = p.dvp;
+    tile.softcap = so.softcap;
+    tile.inv_softcap = so.inv_softcap;
+    tile.score_rows = per_row ? score_rows.data() : nullptr;
     // Rows of K and V with unit stride are read in place (V when no padding is needed): K by dot
     // products for blocks of at most dot_rows query rows (decode), where staging K transposed would
     // cost more than the products; V always.
@@ -62,7 +93,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         for (index_t j = 0; j < tile.nk; ++j)
           for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
       }
-      for (index_t r = 0; r < nrows; ++r) keys(r) = this->keys_of(row_of(hk, rho0 + r).i).in_tile(t0, tile.nk);
+      for (index_t r = 0; r < nrows; ++r) {
+        const Row row = row_of(hk, rho0 + r);
+        keys(r) = this->keys_of(row.i).in_tile(t0, tile.nk);
+        if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
+      }
       if (k_in_place && v_in_place) {  // the next tile's rows, asked for while this one is computed
         const index_t next_end = t0 + 2 * p.bk < w.ke ? t0 + 2 * p.bk : w.ke;
         for (index_t j = t0 + p.bk; j < next_end; ++j) {
@@ -70,17 +105,18 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
           prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
         }
       }
-      if (!this->stage.active) {
+      if constexpr (!user_functors) {
         attention_tile(tile);
         continue;
       }
-      // The score stage between the products, on each row's visible keys.
+      // The user's functors between the products, on each row's visible keys.
       tile.part = TilePart::scores;
       attention_tile(tile);
       for (index_t r = 0; r < nrows; ++r) {
         const RowAt at = this->at(w, row_of(hk, rho0 + r));
         T* s = &ss(r, 0);
-        for (index_t j = keys(r).begin; j < keys(r).end; ++j) s[j] = this->stage(s[j], at, t0 + j);
+        for (index_t j = keys(r).begin; j < keys(r).end; ++j)
+          s[j] = this->stage.user_and_masks(s[j], at, t0 + j, Stage::user_score);
       }
       tile.part = TilePart::update;
       attention_tile(tile);

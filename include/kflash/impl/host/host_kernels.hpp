@@ -64,8 +64,23 @@ void run_rows(const RowBlock<float>& block);
 void run_rows(const RowBlock<double>& block);
 
 /// Which part of attention_tile() to run: all of it, or the scores alone and then the rest (so that
-/// the host schedule applies a score stage of its own in between).
+/// the host schedule applies the user's score_mod and mask_mod in between).
 enum class TilePart { whole, scores, update };
+
+/// The built-in score stage (attention_step.hpp's ScoreOptions) of one row of a tile, resolved to
+/// the row and the tile's first key: ALiBi's slope and the row's diagonal key as an index in the
+/// tile; the row's bias and mask entries for the tile's first key, with their strides along keys
+/// (null: off).
+template <class T>
+struct TileScoreRow {
+  bool alibi = false;
+  T slope = T(0);
+  index_t diagonal = 0;
+  const T* bias = nullptr;
+  index_t bias_stride = 0;
+  const bool* mask = nullptr;
+  index_t mask_stride = 0;
+};
 
 /// One K/V tile of attention for a block of query rows, in place on the block's running state:
 ///   s = q k^T (rows x bk); the score stage masks each row to its visible keys (keys); per row the
@@ -74,7 +89,9 @@ enum class TilePart { whole, scores, update };
 /// either as k (nk rows of D, row stride ldk: K in place, dot products) or, when k is null, as kt
 /// (D x bk: K transposed, broadcast products); v: nk rows of dvp values, row stride ldv. bk and dvp
 /// are multiples of HostTraits::attention_pad; nk <= bk keys are valid. keys[r] are the tile's keys
-/// row r sees, as indices within the tile.
+/// row r sees, as indices within the tile. Before the tile state, the built-in score stage runs on
+/// each row's visible scores, one pass per modifier: softcap (when softcap != 0), then ALiBi, bias
+/// and mask as score_rows[r] gives them (score_rows null: none of the three).
 template <class T>
 struct AttentionTile {
   const T* q;
@@ -89,6 +106,8 @@ struct AttentionTile {
   index_t ldk = 0;
   index_t ldv = 0;
   TilePart part = TilePart::whole;
+  T softcap = T(0), inv_softcap = T(0);
+  const TileScoreRow<T>* score_rows = nullptr;
 };
 
 void attention_tile(const AttentionTile<float>& tile);

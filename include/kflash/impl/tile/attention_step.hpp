@@ -111,6 +111,10 @@ struct ScoreStage {
 
   /// The score of pair (row, key j) from its raw score scale * q . k; -inf where a mask hides it.
   KOKKOS_INLINE_FUNCTION T operator()(T raw, const RowAt& row, index_t j) const {
+    return user_and_masks(modified(raw, row, j), row, j, true);
+  }
+  /// The built-in modifiers: softcap, ALiBi, bias.
+  KOKKOS_INLINE_FUNCTION T modified(T raw, const RowAt& row, index_t j) const {
     T s = raw;
     if (opt.softcap != T(0)) s = opt.softcap * impl::tanh(s * opt.inv_softcap);
     if (opt.alibi.on()) {
@@ -118,8 +122,13 @@ struct ScoreStage {
       s -= opt.alibi(row.b, row.h) * T(d < 0 ? -d : d);
     }
     if (opt.bias.on()) s += opt.bias(row.b, row.h, row.i, j);
+    return s;
+  }
+  /// The rest: the user's score_mod, the mask View (unless mask_view is false: applied already) and
+  /// mask_mod.
+  KOKKOS_INLINE_FUNCTION T user_and_masks(T s, const RowAt& row, index_t j, bool mask_view) const {
     if constexpr (user_score) s = score_mod(s, row.b, row.h, row.i, j);
-    bool visible = !opt.mask.on() || opt.mask(row.b, row.h, row.i, j);
+    bool visible = !mask_view || !opt.mask.on() || opt.mask(row.b, row.h, row.i, j);
     if constexpr (user_mask) visible = visible && mask_mod(row.b, row.h, row.i, j);
     return visible ? s : -infinity<T>();
   }
