@@ -450,7 +450,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   }
   kflash::impl::AttentionPlan p;
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
-  p.mask = attn_mask(c);
+  p.window_left = attn_mask(c).left, p.window_right = attn_mask(c).right;
   p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
   const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
   // Host attention is held against the BLAS GEMM of the same threads, device attention against

@@ -11,26 +11,6 @@ template <class T>
 struct AttentionOptionsTest : ::testing::Test {};
 TYPED_TEST_SUITE(AttentionOptionsTest, Scalars);
 
-/// n values drawn uniformly from [lo, hi), rounded to T.
-template <class T>
-std::vector<ld> uniform_values(std::size_t n, unsigned seed, ld lo, ld hi) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist{double(lo), double(hi)};
-  std::vector<ld> v(n);
-  for (ld& x : v) x = ld(T(dist(gen)));
-  return v;
-}
-
-/// The schedules a call can take: the automatic one, prefill, and split-K/V in 3 parts.
-inline std::vector<kflash::AttentionOptions> schedules(bool causal) {
-  std::vector<kflash::AttentionOptions> all(3);
-  for (auto& o : all) o.causal = causal;
-  all[1].schedule = kflash::AttentionSchedule::prefill;
-  all[2].schedule = kflash::AttentionSchedule::split_kv;
-  all[2].num_splits = 3;
-  return all;
-}
-
 template <class T, class Runner = LibraryAttention<>>
 void run_on_every_schedule(const AttnData<T>& data, const RefTerms& terms, const std::string& what,
                            const Runner& run = {}, bool bnhd = false) {

@@ -6,12 +6,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 namespace kflash {
 
-/// A View of rank 1 to 4 given as an option (attention's ALiBi slopes, sinks, bias, mask). It keeps
+/// A View of rank 1 to 4 given as an option (attention's ALiBi slopes, sinks, bias, mask, varlen
+/// offsets, paged block table and lengths). It keeps
 /// the View's allocation alive while it exists, and records its data, extents, strides (in
 /// elements), value type and where it can be read; the call that takes it checks these against what
 /// it needs and throws std::invalid_argument naming the option otherwise. Assign any View:
@@ -32,10 +35,28 @@ class OptionView {
       extent_[i] = v.extent(i);
       stride_[i] = std::int64_t(v.stride(i));
     }
-    value_ = std::is_same<value, float>::value    ? Value::float32
-             : std::is_same<value, double>::value ? Value::float64
-             : std::is_same<value, bool>::value   ? Value::boolean
-                                                  : Value::other;
+    value_ = std::is_same<value, float>::value          ? Value::float32
+             : std::is_same<value, double>::value       ? Value::float64
+             : std::is_same<value, bool>::value         ? Value::boolean
+             : std::is_same<value, std::int32_t>::value ? Value::int32
+             : std::is_same<value, std::int64_t>::value ? Value::int64
+                                                        : Value::other;
+    if constexpr (std::is_same<value, std::int32_t>::value || std::is_same<value, std::int64_t>::value) {
+      if constexpr (rank <= 2) {
+        host_integers_ = [v]() {
+          const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+          std::vector<std::int64_t> out;
+          out.reserve(h.size());
+          if constexpr (rank == 1) {
+            for (std::size_t i = 0; i < h.extent(0); ++i) out.push_back(std::int64_t(h(i)));
+          } else {
+            for (std::size_t i = 0; i < h.extent(0); ++i)
+              for (std::size_t j = 0; j < h.extent(1); ++j) out.push_back(std::int64_t(h(i, j)));
+          }
+          return out;
+        };
+      }
+    }
     host_accessible_ = Kokkos::SpaceAccessibility<Kokkos::DefaultHostExecutionSpace, memory>::accessible;
     device_accessible_ = Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, memory>::accessible;
   }
@@ -46,19 +67,27 @@ class OptionView {
   std::int64_t stride(int i) const { return i < rank_ ? stride_[i] : 0; }
   const void* data() const { return data_; }
 
-  /// Whether the values are of type T (float, double or bool).
+  /// Whether the values are of type T (float, double, bool, std::int32_t or std::int64_t).
   template <class T>
   bool holds() const {
     return (std::is_same<T, float>::value && value_ == Value::float32) ||
            (std::is_same<T, double>::value && value_ == Value::float64) ||
-           (std::is_same<T, bool>::value && value_ == Value::boolean);
+           (std::is_same<T, bool>::value && value_ == Value::boolean) ||
+           (std::is_same<T, std::int32_t>::value && value_ == Value::int32) ||
+           (std::is_same<T, std::int64_t>::value && value_ == Value::int64);
   }
+  /// Whether the values are 32- or 64-bit integers in a View of rank 1 or 2 (index options).
+  bool holds_integers() const { return bool(host_integers_); }
+  /// The integers of such a View, copied to the host in row-major order.
+  std::vector<std::int64_t> host_integers() const { return host_integers_(); }
   /// The name of the value type, for messages.
   const char* value_name() const {
     switch (value_) {
       case Value::float32: return "float";
       case Value::float64: return "double";
       case Value::boolean: return "bool";
+      case Value::int32: return "std::int32_t";
+      case Value::int64: return "std::int64_t";
       default: return "another type";
     }
   }
@@ -76,7 +105,7 @@ class OptionView {
   }
 
  private:
-  enum class Value { float32, float64, boolean, other };
+  enum class Value { float32, float64, boolean, int32, int64, other };
   std::shared_ptr<const void> keep_;
   const void* data_ = nullptr;
   int rank_ = 0;
@@ -85,6 +114,7 @@ class OptionView {
   Value value_ = Value::other;
   bool host_accessible_ = false;
   bool device_accessible_ = false;
+  std::function<std::vector<std::int64_t>()> host_integers_;
 };
 
 }  // namespace kflash

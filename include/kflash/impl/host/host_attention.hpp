@@ -34,7 +34,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     if (so.alibi.on()) {
       sr.alibi = true;
       sr.slope = so.alibi(row.b, row.h);
-      sr.diagonal = row.i + so.diagonal - t0;
+      sr.diagonal = row.c - t0;
     }
     if (so.bias.on()) {
       sr.bias = &so.bias.data[row.b * so.bias.s0 + row.h * so.bias.s1 + row.i * so.bias.s2 + t0 * so.bias.s3];
@@ -59,7 +59,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const ScoreOptions<T>& so = this->stage.opt;
     const bool per_row = so.alibi.on() || so.bias.on() || (so.mask.on() && !Stage::user_score);
     for (index_t r = 0; r < nrows; ++r) {
-      const Row row = row_of(hk, rho0 + r);
+      const Row row = row_of(w, rho0 + r);
       for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
       for (index_t d = 0; d < p.dvp; ++d) os(r, d) = T(0);
       st(r) = SoftmaxState<T>::identity();
@@ -77,8 +77,14 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // cost more than the products; V always.
     const bool k_in_place = k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
     const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
-    for (index_t t0 = w.kb; t0 < w.ke; t0 += p.bk) {
-      tile.nk = w.ke - t0 < p.bk ? w.ke - t0 : p.bk;
+    for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
+      // A tile ends where the keys' contiguous run does (a page of a paged cache).
+      index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
+      const index_t run_end = contiguous_keys_end(k, b, t0) < contiguous_keys_end(v, b, t0)
+                                  ? contiguous_keys_end(k, b, t0)
+                                  : contiguous_keys_end(v, b, t0);
+      if (run_end < end) end = run_end;
+      tile.nk = end - t0;
       if (k_in_place) {
         tile.k = &k(b, hk, t0, 0);
         tile.ldk = index_t(k.stride(2));
@@ -94,13 +100,13 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
           for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
       }
       for (index_t r = 0; r < nrows; ++r) {
-        const Row row = row_of(hk, rho0 + r);
-        keys(r) = this->keys_of(row.i).in_tile(t0, tile.nk);
+        const Row row = row_of(w, rho0 + r);
+        keys(r) = this->keys_of(w, row.i).in_tile(t0, tile.nk);
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
       if (k_in_place && v_in_place) {  // the next tile's rows, asked for while this one is computed
-        const index_t next_end = t0 + 2 * p.bk < w.ke ? t0 + 2 * p.bk : w.ke;
-        for (index_t j = t0 + p.bk; j < next_end; ++j) {
+        const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
+        for (index_t j = end; j < next_end; ++j) {
           prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
           prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
         }
@@ -113,7 +119,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       tile.part = TilePart::scores;
       attention_tile(tile);
       for (index_t r = 0; r < nrows; ++r) {
-        const RowAt at = this->at(w, row_of(hk, rho0 + r));
+        const RowAt at = this->at(w, row_of(w, rho0 + r));
         T* s = &ss(r, 0);
         for (index_t j = keys(r).begin; j < keys(r).end; ++j)
           s[j] = this->stage.user_and_masks(s[j], at, t0 + j, Stage::user_score);
@@ -123,7 +129,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       tile.part = TilePart::whole;
     }
     for (index_t r = 0; r < nrows; ++r)
-      this->store(w, row_of(hk, rho0 + r), TileRow<Tile>{os, r}, st(r));
+      this->store(w, row_of(w, rho0 + r), TileRow<Tile>{os, r}, st(r));
   }
 };
 

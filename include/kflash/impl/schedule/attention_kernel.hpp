@@ -27,7 +27,7 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
     States st(scratch, p.bq);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
-      const Row row = row_of(hk, rho0 + r);
+      const Row row = row_of(w, rho0 + r);
       for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
       for (index_t d = 0; d < p.Dv; ++d) os(r, d) = T(0);
       st(r) = SoftmaxState<T>::identity();
@@ -42,9 +42,9 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
-        const Row query = row_of(hk, rho0 + r);
+        const Row query = row_of(w, rho0 + r);
         const RowAt where = this->at(w, query);
-        const KeyRange keys = this->keys_of(query.i).in_tile(t0, nk);
+        const KeyRange keys = this->keys_of(w, query.i).in_tile(t0, nk);
         for (index_t j = 0; j < nk; ++j) {
           T score = 0;
           for (index_t d = 0; d < p.D; ++d) score += qs(r, d) * ks(j, d);
@@ -64,7 +64,7 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
 
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
-      this->store(w, row_of(hk, rho0 + r), TileRow<Tile>{os, r}, st(r));
+      this->store(w, row_of(w, rho0 + r), TileRow<Tile>{os, r}, st(r));
     });
   }
 };

@@ -3,6 +3,7 @@
 // schedule: which rows, keys and split a team stands for, and where its outputs go.
 #pragma once
 
+#include <kflash/impl/schedule/sequences.hpp>
 #include <kflash/impl/tile/attention_step.hpp>
 #include <kflash/impl/traits.hpp>
 
@@ -11,8 +12,10 @@
 namespace kflash::impl {
 
 struct AttentionPlan {
-  index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;
-  KeyMask mask;
+  index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;  // Nq, Nk: the longest sequences
+  index_t window_left = -1, window_right = -1;                   // as KeyMask's left and right
+  bool ragged = false;       // sequences of their own lengths (varlen, paged): Sequences gives them
+  index_t key_run = 0;       // > 0: keys sit in runs of this many (pages); splits start on a run
   index_t fixed_splits = 0;  // > 0: the keys split into this many ranges (at most Nk)
   index_t min_splits = 1;    // otherwise at least this many, more where blocks are too few
   index_t group = 1;         // query heads per K/V head
@@ -50,6 +53,7 @@ AttentionPlan plan_splits(const ExecSpace& exec, AttentionPlan p) {
   if (splits > p.Nk) splits = p.Nk;
   if (splits < 1) splits = 1;
   p.split_len = p.Nk > 0 ? (p.Nk + splits - 1) / splits : 0;
+  if (p.key_run > 0) p.split_len = (p.split_len + p.key_run - 1) / p.key_run * p.key_run;
   p.nsplits = p.Nk > 0 ? (p.Nk + p.split_len - 1) / p.split_len : 1;
   return p;
 }
@@ -139,18 +143,13 @@ struct AttentionKernelBase {
   Strided<T> sinks;  // one logit per query head, joining each row's denominator (off when null)
   int scratch_level;
 
-  /// Query head and row of a block's row: row rho of K/V head hk is query row rho % Nq of head
-  /// hk * group + rho / Nq.
-  struct Row {
-    index_t h, i;
-  };
-  KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t rho) const {
-    return Row{hk * p.group + rho / p.Nq, rho % p.Nq};
-  }
+  Sequences<typename ExecSpace::memory_space> seq;
 
-  /// A team's work: rows [rho0, rho0 + nrows) of K/V head hk of batch b, against keys [kb, ke).
+  /// A team's work: rows [rho0, rho0 + nrows) of K/V head hk of batch b, against keys [kb, ke);
+  /// batch b's sequences have nq queries and nk keys, and mask says which keys each row sees.
   struct Block {
-    index_t b, hk, rho0, nrows, kb, ke, split;
+    index_t b, hk, rho0, nrows, kb, ke, split, nq, nk;
+    KeyMask mask;
   };
   KOKKOS_INLINE_FUNCTION Block block_of(index_t item) const {
     Block w;
@@ -160,26 +159,45 @@ struct AttentionKernelBase {
     item /= p.nqb;
     w.hk = item % p.Hk;
     w.b = item / p.Hk;
+    w.nq = seq.nq(w.b);
+    w.nk = seq.nk(w.b);
+    w.mask = KeyMask{w.nq, w.nk, p.window_left, p.window_right};
+    const index_t rows = p.group * w.nq;
     w.rho0 = qb * p.bq;
-    w.nrows = p.group * p.Nq - w.rho0 < p.bq ? p.group * p.Nq - w.rho0 : p.bq;
+    w.nrows = rows - w.rho0 < p.bq ? (rows > w.rho0 ? rows - w.rho0 : 0) : p.bq;
     w.kb = w.split * p.split_len;
-    w.ke = w.kb + p.split_len < p.Nk ? w.kb + p.split_len : p.Nk;
+    w.ke = w.kb + p.split_len < w.nk ? w.kb + p.split_len : w.nk;
+    if (w.nrows == 0) {
+      w.ke = w.kb;
+      return w;
+    }
     // The tiles no row of the block sees are skipped: the block's rows see the keys from where its
     // first query row starts seeing them to where its last stops (where the block spans two heads,
-    // from query row 0 or to query row Nq - 1).
-    const bool one_head = w.rho0 / p.Nq == (w.rho0 + w.nrows - 1) / p.Nq;
-    const KeyRange seen = p.mask.keys_of_rows(one_head ? w.rho0 % p.Nq : 0,
-                                              one_head ? (w.rho0 + w.nrows - 1) % p.Nq : p.Nq - 1);
+    // from query row 0 or to query row nq - 1).
+    const bool one_head = w.rho0 / w.nq == (w.rho0 + w.nrows - 1) / w.nq;
+    const KeyRange seen = w.mask.keys_of_rows(one_head ? w.rho0 % w.nq : 0,
+                                              one_head ? (w.rho0 + w.nrows - 1) % w.nq : w.nq - 1);
     if (seen.begin > w.kb) w.kb = seen.begin;
     if (seen.end < w.ke) w.ke = seen.end;
     if (w.ke < w.kb) w.ke = w.kb;
     return w;
   }
 
-  /// The keys query row i sees.
-  KOKKOS_INLINE_FUNCTION KeyRange keys_of(index_t i) const { return p.mask.keys_of(i); }
+  /// Query head and row of block w's row rho: row rho of K/V head hk is query row rho % nq of head
+  /// hk * group + rho / nq.
+  struct Row {
+    index_t h, i;
+  };
+  KOKKOS_INLINE_FUNCTION Row row_of(const Block& w, index_t rho) const {
+    return Row{w.hk * p.group + rho / w.nq, rho % w.nq};
+  }
+
+  /// The keys query row i of block w sees.
+  KOKKOS_INLINE_FUNCTION KeyRange keys_of(const Block& w, index_t i) const { return w.mask.keys_of(i); }
   /// Where block w's row `row` is, for the score stage.
-  KOKKOS_INLINE_FUNCTION RowAt at(const Block& w, Row row) const { return RowAt{w.b, row.h, row.i}; }
+  KOKKOS_INLINE_FUNCTION RowAt at(const Block& w, Row row) const {
+    return RowAt{w.b, row.h, row.i, row.i + w.nk - w.nq};
+  }
 
   KOKKOS_INLINE_FUNCTION T& out(const Block& w, Row row, index_t d) const {
     if constexpr (Partial) return o(w.split, w.b, row.h, row.i, d);

@@ -47,7 +47,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const index_t r = idx / D, d = idx % D;
       T x = T(0);
       if (r < w.nrows) {
-        const auto row = this->row_of(w.hk, w.rho0 + r);
+        const auto row = this->row_of(w, w.rho0 + r);
         x = this->q(w.b, row.h, row.i, d) * this->scale;
       }
       qt(d, r) = x;
@@ -90,8 +90,8 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         // The score stage: the pairs a row does not see (and the keys past the tile) are -inf.
         for (int a = 0; a < TM; ++a) {
           const bool real = r0 + a < w.nrows;
-          const auto row = this->row_of(w.hk, w.rho0 + (real ? r0 + a : 0));
-          const KeyRange keys = real ? this->keys_of(row.i).in_tile(t0, nk) : KeyRange{0, nk};
+          const auto row = this->row_of(w, w.rho0 + (real ? r0 + a : 0));
+          const KeyRange keys = real ? this->keys_of(w, row.i).in_tile(t0, nk) : KeyRange{0, nk};
           T m = -infinity<T>();
           for (int c = 0; c < TN; ++c) {
             const T x = staged_score(this->stage, acc[a][c], this->at(w, row), keys, index_t(j0 + c), t0);
@@ -158,7 +158,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       for (int a = 0; a < TM; ++a) {
         const index_t r = r0 + a;
         if (r >= w.nrows) continue;
-        const auto row = this->row_of(w.hk, w.rho0 + r);
+        const auto row = this->row_of(w, w.rho0 + r);
         SoftmaxState<T> state = st(r);
         const T factor = this->finish(w, row, state);
         for (int c = 0; c < TNO; ++c)

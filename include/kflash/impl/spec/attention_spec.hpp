@@ -32,15 +32,24 @@ struct AttentionTerms {
 };
 
 /// Runs a planned call with the kernel of Shape.
-template <class Traits, class Shape, class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
-void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const QV& q, const KV& k,
-                   const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class Traits, class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV,
+          class LV>
+void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
+                   const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = typename OV::non_const_value_type;
   const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
   auto launch = [&](const char* label, auto kernel) {
     using Kernel = decltype(kernel);
     const std::size_t bytes = Kernel::scratch_bytes(p);
     kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+    if (p.ragged) {  // teams of unequal work: handed out as threads free up
+      using Dynamic = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+      Kokkos::parallel_for(label,
+                           Dynamic(exec, int(league), int(p.team_size), 1)
+                               .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                           kernel);
+      return;
+    }
     Kokkos::parallel_for(label,
                          Kokkos::TeamPolicy<ExecSpace>(exec, int(league), int(p.team_size), 1)
                              .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
@@ -49,7 +58,7 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
   auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
     using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, decltype(o_view),
                                      decltype(lse_view), decltype(partial)::value>;
-    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks, 0}};
+    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks, 0, seq}};
   };
   if (p.nsplits == 1) {
     launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
@@ -66,31 +75,31 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
   const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
   const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
   launch("kflash::attention split_kv", make(o_parts, lse_parts, true, std::true_type()));
-  run_merge(exec, o_parts, lse_parts, o, lse, has_lse);
+  run_merge(exec, o_parts, lse_parts, o, lse, has_lse, seq);
   exec.fence();  // the workspace must outlive the kernels
 }
 
 /// Plans and runs a call whose shapes and options are in p, under the space's traits.
-template <class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
-void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const QV& q, const KV& k,
-                        const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV>
+void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq, const QV& q,
+                        const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = typename OV::non_const_value_type;
   using Traits = ScheduleTraits<ExecSpace>;
   p = plan_attention<T, Traits>(exec, p);
   with_team_shape<T, Traits>(p, [&](auto shape) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
-    run_attention<Traits, Shape>(exec, p, terms, q, k, v, o, lse, has_lse);
+    run_attention<Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse);
   });
 }
 
 /// The same through the team schedule of the given TeamAttentionShape, whatever the traits choose
 /// (the tests run it on host teams).
-template <class Shape, class ExecSpace, class Terms, class QV, class KV, class VV, class OV, class LV>
-void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const QV& q, const KV& k,
-                              const VV& v, const OV& o, const LV& lse, bool has_lse) {
+template <class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV>
+void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq,
+                              const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using Traits = ScheduleTraits<ExecSpace>;
   p = plan_splits<Traits>(exec, with_shape<Traits, Shape>(p));
-  run_attention<Traits, Shape>(exec, p, terms, q, k, v, o, lse, has_lse);
+  run_attention<Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse);
 }
 
 }  // namespace kflash::impl

@@ -65,9 +65,10 @@ KOKKOS_INLINE_FUNCTION T score_stage(T score, const KeyRange& keys, index_t j) {
   return keys.contains(j) ? score : -infinity<T>();
 }
 
-/// Where a query row is: batch b, query head h, row i of its sequence.
+/// Where a query row is: batch b, query head h, row i of its sequence, whose diagonal key is c
+/// (i + Nk - Nq of its sequence).
 struct RowAt {
-  index_t b, h, i;
+  index_t b, h, i, c;
 };
 
 /// A read-only array of up to 4 indices through element strides; a stride of 0 broadcasts its index.
@@ -90,7 +91,6 @@ struct ScoreOptions {
   Strided<T> alibi;
   Strided<T> bias;
   Strided<bool> mask;
-  index_t diagonal = 0;  // Nk - Nq: row i's diagonal key is i + diagonal
   bool any() const { return softcap != T(0) || alibi.on() || bias.on() || mask.on(); }
 };
 
@@ -118,7 +118,7 @@ struct ScoreStage {
     T s = raw;
     if (opt.softcap != T(0)) s = opt.softcap * impl::tanh(s * opt.inv_softcap);
     if (opt.alibi.on()) {
-      const index_t d = row.i + opt.diagonal - j;
+      const index_t d = row.c - j;
       s -= opt.alibi(row.b, row.h) * T(d < 0 ? -d : d);
     }
     if (opt.bias.on()) s += opt.bias(row.b, row.h, row.i, j);

@@ -1,0 +1,269 @@
+// attention() over sequences of their own lengths on TEST_EXECSPACE: varlen (packed q, k, v with
+// cu_seqlens) and paged KV caches (block_table, cache_seqlens). Each sequence is checked against the
+// long-double reference of that sequence alone, on every schedule and on the team schedule.
+#pragma once
+
+#include <AttentionCommon.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace kflash_test {
+
+template <class T>
+struct AttentionSequencesTest : ::testing::Test {};
+TYPED_TEST_SUITE(AttentionSequencesTest, Scalars);
+
+/// An index View in TEST_EXECSPACE's memory (I: std::int32_t or std::int64_t), row-major.
+template <class I, class... E>
+auto index_view(const std::vector<std::int64_t>& values, E... extents) {
+  return option_view<I>(std::vector<ld>(values.begin(), values.end()), extents...);
+}
+
+/// Each sequence b of lengths (nq[b], nk[b]) with the heads and dimensions of `like`, its own data.
+template <class T>
+std::vector<AttnData<T>> make_sequences(const AttnShape& like, const std::vector<std::size_t>& nq,
+                                        const std::vector<std::size_t>& nk, unsigned seed) {
+  std::vector<AttnData<T>> seqs;
+  for (std::size_t b = 0; b < nq.size(); ++b) {
+    AttnShape s = like;
+    s.B = 1, s.Nq = nq[b], s.Nk = nk[b];
+    seqs.push_back(make_attn_data<T>(s, seed + unsigned(7 * b), 2.0));
+  }
+  return seqs;
+}
+
+/// Checks sequence b's rows of o and lse (as (Nq, Hq, Dv) rows and (Hq) lse values: get_o(h, i, d),
+/// get_lse(h, i)) against its reference.
+template <class T, class GetO, class GetL>
+void expect_sequence(const AttnData<T>& seq, ld scale, const RefTerms& terms, const GetO& get_o, const GetL& get_lse,
+                     const std::string& what) {
+  const AttnShape& s = seq.s;
+  std::vector<ld> o(s.Hq * s.Nq * s.Dv), lse(s.Hq * s.Nq);
+  for (std::size_t h = 0; h < s.Hq; ++h)
+    for (std::size_t i = 0; i < s.Nq; ++i) {
+      lse[h * s.Nq + i] = get_lse(h, i);
+      for (std::size_t d = 0; d < s.Dv; ++d) o[(h * s.Nq + i) * s.Dv + d] = get_o(h, i, d);
+    }
+  const AttnRef ref = reference_attention(seq, scale, terms);
+  expect_attention_matches<T>(ref, o, lse, attention_tolerance<T>(ref), what + " " + describe(s));
+}
+
+/// Packs the sequences, runs varlen attention with offsets of type I and checks every sequence.
+template <class T, class I = std::int32_t, class Runner = LibraryAttention<>>
+void run_varlen(const std::vector<AttnData<T>>& seqs, kflash::AttentionOptions opt, const RefTerms& terms,
+                const std::string& what, const Runner& run = {}) {
+  const AttnShape& s = seqs.front().s;
+  std::vector<std::int64_t> cu_q{0}, cu_k{0};
+  for (const auto& q : seqs) {
+    cu_q.push_back(cu_q.back() + std::int64_t(q.s.Nq));
+    cu_k.push_back(cu_k.back() + std::int64_t(q.s.Nk));
+  }
+  const std::size_t tq = std::size_t(cu_q.back()), tk = std::size_t(cu_k.back());
+  using V3 = Kokkos::View<T***, Kokkos::LayoutRight, AMem>;
+  V3 q("q", tq, s.Hq, s.D), k("k", tk, s.Hk, s.D), v("v", tk, s.Hk, s.Dv), o("o", tq, s.Hq, s.Dv);
+  Kokkos::View<T**, Kokkos::LayoutRight, AMem> lse("lse", s.Hq, tq);
+  auto hq = Kokkos::create_mirror_view(q), hk = Kokkos::create_mirror_view(k), hv = Kokkos::create_mirror_view(v);
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    const AttnShape& sb = seqs[b].s;
+    for (std::size_t h = 0; h < s.Hq; ++h)
+      for (std::size_t i = 0; i < sb.Nq; ++i)
+        for (std::size_t d = 0; d < s.D; ++d) hq(cu_q[b] + i, h, d) = seqs[b].q[(h * sb.Nq + i) * s.D + d];
+    for (std::size_t h = 0; h < s.Hk; ++h)
+      for (std::size_t j = 0; j < sb.Nk; ++j) {
+        for (std::size_t d = 0; d < s.D; ++d) hk(cu_k[b] + j, h, d) = seqs[b].k[(h * sb.Nk + j) * s.D + d];
+        for (std::size_t d = 0; d < s.Dv; ++d) hv(cu_k[b] + j, h, d) = seqs[b].v[(h * sb.Nk + j) * s.Dv + d];
+      }
+  }
+  Kokkos::deep_copy(q, hq), Kokkos::deep_copy(k, hk), Kokkos::deep_copy(v, hv);
+  Kokkos::deep_copy(o, T(9));
+  opt = with_terms<T>(opt, s, terms);
+  opt.cu_seqlens_q = index_view<I>(cu_q, cu_q.size());
+  opt.cu_seqlens_k = index_view<I>(cu_k, cu_k.size());
+  run(q, k, v, o, opt, lse);
+  auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  const ld scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(ld(s.D));
+  for (std::size_t b = 0; b < seqs.size() && !::testing::Test::HasFailure(); ++b) {
+    const std::size_t r0 = std::size_t(cu_q[b]);
+    expect_sequence(
+        seqs[b], scale, terms, [&](std::size_t h, std::size_t i, std::size_t d) { return ld(ho(r0 + i, h, d)); },
+        [&](std::size_t h, std::size_t i) { return ld(hl(h, r0 + i)); },
+        what + " varlen sequence " + std::to_string(b) + " schedule " + std::to_string(int(opt.schedule)));
+  }
+}
+
+/// Writes the sequences' keys into shuffled pages of page_size slots (the slots and table entries
+/// past each sequence hold NaN and -1), runs paged attention on q (B, Hq, Nq, D) and checks every
+/// sequence.
+template <class T, class I = std::int32_t, class Runner = LibraryAttention<>>
+void run_paged(const std::vector<AttnData<T>>& seqs, std::size_t page_size, kflash::AttentionOptions opt,
+               const RefTerms& terms, const std::string& what, const Runner& run = {}) {
+  const AttnShape& s = seqs.front().s;
+  const std::size_t B = seqs.size(), Nq = s.Nq;
+  std::size_t max_pages = 1, pages = 0;
+  for (const auto& q : seqs) {
+    const std::size_t n = (q.s.Nk + page_size - 1) / page_size;
+    max_pages = std::max(max_pages, n + 1);  // one table entry more than needed, left at -1
+    pages += n;
+  }
+  pages += 2;  // pages no sequence uses
+  std::vector<std::int64_t> order(pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(91));
+  using V4 = Kokkos::View<T****, Kokkos::LayoutRight, AMem>;
+  V4 q("q", B, s.Hq, Nq, s.D), kc("k_cache", pages, page_size, s.Hk, s.D), vc("v_cache", pages, page_size, s.Hk, s.Dv),
+      o("o", B, s.Hq, Nq, s.Dv);
+  Kokkos::View<T***, Kokkos::LayoutRight, AMem> lse("lse", B, s.Hq, Nq);
+  auto hq = Kokkos::create_mirror_view(q), hk = Kokkos::create_mirror_view(kc), hv = Kokkos::create_mirror_view(vc);
+  Kokkos::deep_copy(hk, std::numeric_limits<T>::quiet_NaN());
+  Kokkos::deep_copy(hv, std::numeric_limits<T>::quiet_NaN());
+  std::vector<std::int64_t> table(B * max_pages, -1), lengths(B);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    const AttnShape& sb = seqs[b].s;
+    lengths[b] = std::int64_t(sb.Nk);
+    for (std::size_t h = 0; h < s.Hq; ++h)
+      for (std::size_t i = 0; i < Nq; ++i)
+        for (std::size_t d = 0; d < s.D; ++d) hq(b, h, i, d) = seqs[b].q[(h * Nq + i) * s.D + d];
+    for (std::size_t j = 0; j < sb.Nk; ++j) {
+      if (j % page_size == 0) table[b * max_pages + j / page_size] = order[next++];
+      const std::size_t page = std::size_t(table[b * max_pages + j / page_size]), slot = j % page_size;
+      for (std::size_t h = 0; h < s.Hk; ++h) {
+        for (std::size_t d = 0; d < s.D; ++d) hk(page, slot, h, d) = seqs[b].k[(h * sb.Nk + j) * s.D + d];
+        for (std::size_t d = 0; d < s.Dv; ++d) hv(page, slot, h, d) = seqs[b].v[(h * sb.Nk + j) * s.Dv + d];
+      }
+    }
+  }
+  Kokkos::deep_copy(q, hq), Kokkos::deep_copy(kc, hk), Kokkos::deep_copy(vc, hv);
+  Kokkos::deep_copy(o, T(9));
+  opt = with_terms<T>(opt, s, terms);
+  opt.block_table = index_view<I>(table, B, max_pages);
+  opt.cache_seqlens = index_view<I>(lengths, B);
+  run(q, kc, vc, o, opt, lse);
+  auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  const ld scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(ld(s.D));
+  for (std::size_t b = 0; b < B && !::testing::Test::HasFailure(); ++b) {
+    expect_sequence(
+        seqs[b], scale, terms, [&](std::size_t h, std::size_t i, std::size_t d) { return ld(ho(b, h, i, d)); },
+        [&](std::size_t h, std::size_t i) { return ld(hl(b, h, i)); },
+        what + " paged (page " + std::to_string(page_size) + ") sequence " + std::to_string(b) + " schedule " +
+            std::to_string(int(opt.schedule)));
+  }
+}
+
+TYPED_TEST(AttentionSequencesTest, VarlenLengths) {
+  // Lengths 0 and 1 among longer ones, keys shorter and longer than queries, GQA, Dv != D.
+  using T = TypeParam;
+  const AttnShape like{1, 4, 2, 0, 0, 16, 12, false};
+  const std::vector<std::size_t> nq{5, 0, 1, 70, 33, 1, 0}, nk{9, 4, 0, 70, 100, 1, 0};
+  const auto seqs = make_sequences<T>(like, nq, nk, 300);
+  for (const auto& opt : schedules(false)) run_varlen<T>(seqs, opt, {}, "plain");
+  run_varlen<T, std::int64_t>(seqs, {}, {}, "64-bit offsets");
+}
+
+TYPED_TEST(AttentionSequencesTest, VarlenCausalWindowAligned) {
+  // Causal and windows align per sequence (bottom-right), and ALiBi with them.
+  using T = TypeParam;
+  AttnShape like{1, 4, 4, 0, 0, 16, 16, true};
+  const std::vector<std::size_t> nq{40, 3, 1, 65}, nk{40, 70, 9, 130};
+  const auto seqs = make_sequences<T>(like, nq, nk, 310);
+  RefTerms t;
+  t.left = 11;
+  t.softcap = 8;
+  t.slopes = uniform_values<T>(like.Hq, 311, 0.05, 0.3);
+  t.sinks = {0.5L, -inf<ld>, 2.0L, -1.0L};
+  for (const auto& opt : schedules(true)) run_varlen<T>(seqs, opt, t, "causal + window + softcap + ALiBi + sinks");
+  with_small_team_shape<T>([&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    for (const auto& opt : schedules(true))
+      run_varlen<T>(seqs, opt, t, "team schedule", TeamScheduleAttention<Shape>());
+  });
+}
+
+TYPED_TEST(AttentionSequencesTest, PagedDecodeAndPrefill) {
+  // Page sizes 16, a non-power of two and 64; pages not full; a sequence with no key; decode
+  // (Nq = 1) and a few queries; GQA with sinks.
+  using T = TypeParam;
+  for (std::size_t page : {std::size_t(16), std::size_t(24), std::size_t(64)}) {
+    for (std::size_t nq : {std::size_t(1), std::size_t(5)}) {
+      const AttnShape like{1, 8, 2, nq, 0, 16, 8, nq > 1};
+      const auto seqs = make_sequences<T>(like, std::vector<std::size_t>(4, nq), {150, 0, 17, 64}, 320);
+      RefTerms t;
+      t.sinks = {0.5L, -inf<ld>, 2.0L, -1.0L, 0.0L, 1.0L, -inf<ld>, 3.0L};
+      for (const auto& opt : schedules(like.causal)) run_paged<T>(seqs, page, opt, t, "GQA + sinks");
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  const AttnShape like{1, 4, 4, 3, 0, 16, 16, true};
+  const auto seqs = make_sequences<T>(like, std::vector<std::size_t>(3, 3), {90, 3, 40}, 330);
+  RefTerms t;
+  t.left = 20;
+  t.slopes = uniform_values<T>(like.Hq, 331, 0.05, 0.3);
+  run_paged<T, std::int64_t>(seqs, 32, schedules(true)[0], t, "64-bit table, causal + window + ALiBi");
+  with_small_team_shape<T>([&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    for (const auto& opt : schedules(true)) run_paged<T>(seqs, 16, opt, t, "team schedule", TeamScheduleAttention<Shape>());
+  });
+}
+
+TYPED_TEST(AttentionSequencesTest, BadSequencesThrow) {
+  using T = TypeParam;
+  const AExec exec;
+  using V3 = Kokkos::View<T***, AMem>;
+  using V4 = Kokkos::View<T****, AMem>;
+  using I1 = Kokkos::View<std::int32_t*, AMem>;
+  V3 q("q", 6, 4, 8), k("k", 9, 2, 8), v("v", 9, 2, 4), o("o", 6, 4, 4);
+  auto varlen = [&](std::vector<std::int64_t> cq, std::vector<std::int64_t> ck,
+                    std::initializer_list<const char*> parts) {
+    kflash::AttentionOptions opt;
+    opt.cu_seqlens_q = index_view<std::int32_t>(cq, cq.size());
+    opt.cu_seqlens_k = index_view<std::int32_t>(ck, ck.size());
+    expect_invalid([&] { kflash::attention(exec, q, k, v, o, opt); }, parts);
+  };
+  varlen({1, 3, 6}, {0, 4, 9}, {"options.cu_seqlens_q (3)", "start at 0", "1"});
+  varlen({0, 4, 3, 6}, {0, 4, 5, 9}, {"options.cu_seqlens_q (4)", "non-decreasing", "4 then 3"});
+  varlen({0, 3, 6}, {0, 4, 8}, {"options.cu_seqlens_k (3)", "packed total 9", "8"});
+  varlen({0, 3, 6}, {0, 9}, {"cu_seqlens_q (3)", "cu_seqlens_k (2)", "same length"});
+  {
+    kflash::AttentionOptions opt;
+    opt.cu_seqlens_q = index_view<std::int32_t>({0, 6}, 2);
+    expect_invalid([&] { kflash::attention(exec, q, k, v, o, opt); }, {"options.cu_seqlens_k", "must be set"});
+    opt.cu_seqlens_k = Kokkos::View<float*, AMem>("cu", 2);
+    expect_invalid([&] { kflash::attention(exec, q, k, v, o, opt); }, {"options.cu_seqlens_k (2)", "float"});
+    V4 q4("q", 1, 4, 6, 8), o4("o", 1, 4, 6, 4);
+    expect_invalid([&] { kflash::attention(exec, q4, k, v, o4, opt); }, {"q", "rank 3"});
+  }
+  // Paged: 5 pages of 16 slots, B = 2.
+  V4 qp("q", 2, 4, 1, 8), op("o", 2, 4, 1, 4), kc("k", 5, 16, 2, 8), vc("v", 5, 16, 2, 4);
+  auto paged = [&](std::vector<std::int64_t> table, std::vector<std::int64_t> lengths,
+                   std::initializer_list<const char*> parts, const V4& kk, const V4& vv) {
+    kflash::AttentionOptions opt;
+    opt.block_table = index_view<std::int32_t>(table, 2, table.size() / 2);
+    opt.cache_seqlens = index_view<std::int32_t>(lengths, 2);
+    expect_invalid([&] { kflash::attention(exec, qp, kk, vv, op, opt); }, parts);
+  };
+  paged({0, 1, 2, 5}, {20, 30}, {"options.block_table(1, 1) = 5", "[0, 5)"}, kc, vc);
+  paged({0, 1, 2, -1}, {20, 30}, {"options.block_table(1, 1) = -1"}, kc, vc);
+  paged({0, 1, 2, 3}, {33, 3}, {"options.cache_seqlens(0) = 33", "[0, 32]"}, kc, vc);
+  paged({0, 1, 2, 3}, {-1, 3}, {"options.cache_seqlens(0) = -1"}, kc, vc);
+  V4 small_k("k", 5, 8, 2, 8), small_v("v", 5, 8, 2, 4);
+  paged({0, 1, 2, 3}, {3, 3}, {"page_size of at least 16", "k (5, 8, 2, 8)"}, small_k, small_v);
+  {
+    kflash::AttentionOptions opt;
+    opt.block_table = index_view<std::int32_t>({0, 1}, 2, 1);
+    expect_invalid([&] { kflash::attention(exec, qp, kc, vc, op, opt); }, {"block_table and options.cache_seqlens"});
+    opt.cache_seqlens = index_view<std::int32_t>({1, 1, 1}, 3);
+    expect_invalid([&] { kflash::attention(exec, qp, kc, vc, op, opt); }, {"options.cache_seqlens (3)", "(B) = (2)"});
+    opt.cu_seqlens_q = I1("cu", 3);
+    expect_invalid([&] { kflash::attention(exec, qp, kc, vc, op, opt); }, {"varlen", "paged", "not supported"});
+  }
+  // Entries past a sequence's pages are never read: -1 there is fine.
+  kflash::AttentionOptions fine;
+  fine.block_table = index_view<std::int32_t>({0, -1, 2, 3}, 2, 2);
+  fine.cache_seqlens = index_view<std::int32_t>({16, 17}, 2);
+  EXPECT_NO_THROW(kflash::attention(exec, qp, kc, vc, op, fine));
+}
+
+}  // namespace kflash_test
