@@ -8,6 +8,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -332,20 +333,44 @@ inline const char* option_name(AttnOption o) {
   }
 }
 
+/// How a case's sequences sit: dense (B, H, N, D) Views; varlen, B packed sequences of lengths
+/// spread evenly from 1 to Nq (= Nk); paged, K and V in a cache of 64-slot pages in shuffled order.
+enum class AttnLayout { dense, varlen, paged };
+
 struct AttnCase {
   index_t B, H, Hk, Nq, Nk, D;
   bool causal;
   bool decode;  // reported as bytes of K and V read, against the read bandwidth
   int window = -1;  // window_left (with window_right 0), -1: none
   AttnOption option = AttnOption::none;
+  AttnLayout layout = AttnLayout::dense;
 };
+
+constexpr index_t bench_page_size = 64;
+
+/// The varlen case's sequence lengths: 1 + (Nq - 1) b / (B - 1), b < B.
+inline std::vector<index_t> varlen_lengths(const AttnCase& c) {
+  std::vector<index_t> n(std::size_t(c.B), c.Nq);
+  for (index_t b = 0; b < c.B && c.B > 1; ++b) n[std::size_t(b)] = 1 + (c.Nq - 1) * b / (c.B - 1);
+  return n;
+}
+
+/// The single sequence with as many (query, key) pairs as B sequences of varlen_lengths.
+inline index_t varlen_equivalent(const AttnCase& c) {
+  double pairs = 0;
+  for (index_t n : varlen_lengths(c)) pairs += double(n) * double(n);
+  return index_t(std::lround(std::sqrt(pairs)));
+}
 
 inline std::string attn_shape(const AttnCase& c) {
   return std::to_string(c.B) + "x" + std::to_string(c.H) + (c.Hk != c.H ? "(kv" + std::to_string(c.Hk) + ")" : "") +
          "x" + std::to_string(c.Nq) + (c.Nk != c.Nq ? "x" + std::to_string(c.Nk) : "") + "x" +
          std::to_string(c.D) + (c.causal ? "/causal" : "") +
          (c.window >= 0 ? "/window" + std::to_string(c.window) : "") +
-         (c.option != AttnOption::none ? std::string("/") + option_name(c.option) : "");
+         (c.option != AttnOption::none ? std::string("/") + option_name(c.option) : "") +
+         (c.layout == AttnLayout::varlen  ? "/varlen"
+          : c.layout == AttnLayout::paged ? "/paged" + std::to_string(bench_page_size)
+                                          : "");
 }
 
 /// The options of case c; the Views they need are made here (filled with moderate values).
@@ -396,6 +421,11 @@ inline kflash::impl::KeyMask attn_mask(const AttnCase& c) {
 
 /// The (query, key) pairs of case c that the causal mask and the window leave visible.
 inline double visible_pairs(const AttnCase& c) {
+  if (c.layout == AttnLayout::varlen) {  // non-causal, no window: the sequences' pairs, per batch
+    double pairs = 0;
+    for (index_t n : varlen_lengths(c)) pairs += double(n) * double(n);
+    return pairs / double(c.B);
+  }
   const kflash::impl::KeyMask mask = attn_mask(c);
   double pairs = 0;
   for (index_t i = 0; i < c.Nq; ++i) {
@@ -417,10 +447,44 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   fill_normal(q, 1);
   fill_normal(k, 2);
   fill_normal(v, 3);
-  const kflash::AttentionOptions opt = attn_options<Exec, T>(c);
+  kflash::AttentionOptions opt = attn_options<Exec, T>(c);
   const std::string key = backend + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
   double s = 0;
-  if (variant == 0) {
+  if (variant == 0 && c.layout == AttnLayout::varlen) {
+    // The B sequences packed one after another: (total, H, D), in q's and k's memory.
+    const std::vector<index_t> n = varlen_lengths(c);
+    Kokkos::View<index_t*, mem> cu("cu_seqlens", n.size() + 1);
+    auto hcu = Kokkos::create_mirror_view(cu);
+    hcu(0) = 0;
+    for (std::size_t b = 0; b < n.size(); ++b) hcu(b + 1) = hcu(b) + n[b];
+    Kokkos::deep_copy(cu, hcu);
+    const std::size_t total = std::size_t(hcu(n.size()));
+    using V3 = Kokkos::View<T***, Kokkos::LayoutRight, mem>;
+    const V3 pq(q.data(), total, c.H, c.D), pk(k.data(), total, c.Hk, c.D), pv(v.data(), total, c.Hk, c.D),
+        po(o.data(), total, c.H, c.D);
+    opt.cu_seqlens_q = cu;
+    opt.cu_seqlens_k = cu;
+    s = run_timed(state, exec, [&] { kflash::attention(exec, pq, pk, pv, po, opt); });
+  } else if (variant == 0 && c.layout == AttnLayout::paged) {
+    // Each batch's keys in pages of bench_page_size slots, the pages in shuffled order.
+    const index_t per_seq = (c.Nk + bench_page_size - 1) / bench_page_size, pages = c.B * per_seq;
+    Kokkos::View<T****, Kokkos::LayoutRight, mem> kc("k_cache", pages, bench_page_size, c.Hk, c.D),
+        vc("v_cache", pages, bench_page_size, c.Hk, c.D);
+    fill_normal(kc, 2);
+    fill_normal(vc, 3);
+    std::vector<index_t> order(static_cast<std::size_t>(pages));
+    for (index_t i = 0; i < pages; ++i) order[std::size_t(i)] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    Kokkos::View<index_t**, Kokkos::LayoutRight, mem> table("block_table", c.B, per_seq);
+    Kokkos::View<index_t*, mem> lengths("cache_seqlens", c.B);
+    auto ht = Kokkos::create_mirror_view(table);
+    for (index_t i = 0; i < pages; ++i) ht.data()[i] = order[std::size_t(i)];
+    Kokkos::deep_copy(table, ht);
+    Kokkos::deep_copy(lengths, c.Nk);
+    opt.block_table = table;
+    opt.cache_seqlens = lengths;
+    s = run_timed(state, exec, [&] { kflash::attention(exec, q, kc, vc, o, opt); });
+  } else if (variant == 0) {
     s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt); });
   } else {
 #if KFLASH_BENCH_HAS_CBLAS

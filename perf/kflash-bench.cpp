@@ -110,19 +110,28 @@ void register_backend(Registry& reg) {
     cases.push_back({1, 1, 1, 16384, 16384, 64, false, false, 1024});
     for (AttnOption o : {AttnOption::softcap, AttnOption::alibi, AttnOption::sinks, AttnOption::bias, AttnOption::mask})
       cases.push_back({1, 8, 8, 1024, 1024, 64, false, false, -1, o});
+    // Sequences: 16 packed sequences of 1 to 4096 against one sequence of as many pairs; decode
+    // from 64-slot pages against the contiguous decode above.
+    const AttnCase varlen{16, 1, 1, 4096, 4096, 64, false, false, -1, AttnOption::none, AttnLayout::varlen};
+    const index_t n = varlen_equivalent(varlen);
+    cases.push_back(varlen);
+    cases.push_back({1, 1, 1, n, n, 64, false, false});
+    cases.push_back({1, 8, 1, 1, 65536, 128, false, true, -1, AttnOption::none, AttnLayout::paged});
+    cases.push_back({1, 8, 1, 1, 1048576, 128, false, true, -1, AttnOption::none, AttnLayout::paged});
   } else {
     cases = {{1, 8, 8, 1024, 1024, 64, false, false},
              {1, 8, 8, 1024, 1024, 64, true, false},
              {1, 8, 8, 1024, 1024, 64, false, false, 256},
              {1, 8, 8, 1024, 1024, 64, false, false, -1, AttnOption::softcap},
-             {1, 8, 1, 1, 65536, 128, false, true}};
+             {1, 8, 1, 1, 65536, 128, false, true},
+             {1, 8, 1, 1, 65536, 128, false, true, -1, AttnOption::none, AttnLayout::paged}};
   }
   auto add_attention = [&](auto type_tag, const AttnCase& c) {
     using T = decltype(type_tag);
     const std::string base =
         be + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
 #if KFLASH_BENCH_HAS_CBLAS
-    if (host && c.window < 0 && c.option == AttnOption::none)  // the baseline has no options
+    if (host && c.window < 0 && c.option == AttnOption::none && c.layout == AttnLayout::dense)  // no options
       reg.add(base + "/baseline_materialised",
               [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 1, threads); });
 #endif
