@@ -320,7 +320,15 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
 // --- attention ---------------------------------------------------------------------------------
 
 /// An attention option a case turns on (beyond causal and the window).
-enum class AttnOption { none, softcap, alibi, sinks, bias, mask };
+enum class AttnOption { none, softcap, alibi, sinks, bias, mask, documents };
+
+/// The documents case's user mask: documents of 512 tokens, a query sees its own document's keys.
+struct DocumentMask {
+  static constexpr std::int64_t length = 512;
+  KOKKOS_INLINE_FUNCTION bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return i / length == j / length;
+  }
+};
 
 inline const char* option_name(AttnOption o) {
   switch (o) {
@@ -329,6 +337,7 @@ inline const char* option_name(AttnOption o) {
     case AttnOption::sinks: return "sinks";
     case AttnOption::bias: return "bias";
     case AttnOption::mask: return "mask";
+    case AttnOption::documents: return "documents";
     default: return "";
   }
 }
@@ -384,6 +393,9 @@ kflash::AttentionOptions attn_options(const AttnCase& c) {
     opt.window_right = 0;
   }
   switch (c.option) {
+    case AttnOption::documents:  // the user mask's exact block mask, so that tiles across documents are skipped
+      opt.block_mask = kflash::make_block_mask(Exec(), DocumentMask(), c.B, c.H, c.Nq, c.Nk);
+      break;
     case AttnOption::softcap: opt.softcap = 30; break;
     case AttnOption::alibi: {
       Kokkos::View<T*, mem> slopes("slopes", c.H);
@@ -430,7 +442,11 @@ inline double visible_pairs(const AttnCase& c) {
   double pairs = 0;
   for (index_t i = 0; i < c.Nq; ++i) {
     const kflash::impl::KeyRange keys = mask.keys_of(i);
-    pairs += double(keys.end - keys.begin);
+    if (c.option == AttnOption::documents) {
+      for (index_t j = keys.begin; j < keys.end; ++j) pairs += DocumentMask()(0, 0, i, j) ? 1 : 0;
+    } else {
+      pairs += double(keys.end - keys.begin);
+    }
   }
   return pairs;
 }
@@ -484,6 +500,9 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     opt.block_table = table;
     opt.cache_seqlens = lengths;
     s = run_timed(state, exec, [&] { kflash::attention(exec, q, kc, vc, o, opt); });
+  } else if (variant == 0 && c.option == AttnOption::documents) {
+    const Kokkos::View<T***, mem> lse("lse", c.B, c.H, c.Nq);
+    s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt, lse, kflash::NoScoreMod(), DocumentMask()); });
   } else if (variant == 0) {
     s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt); });
   } else {

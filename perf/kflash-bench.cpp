@@ -110,6 +110,8 @@ void register_backend(Registry& reg) {
     cases.push_back({1, 1, 1, 16384, 16384, 64, false, false, 1024});
     for (AttnOption o : {AttnOption::softcap, AttnOption::alibi, AttnOption::sinks, AttnOption::bias, AttnOption::mask})
       cases.push_back({1, 8, 8, 1024, 1024, 64, false, false, -1, o});
+    // A user mask of 512-token documents with its block mask, against plain attention at 4096.
+    cases.push_back({1, 8, 8, 4096, 4096, 64, false, false, -1, AttnOption::documents});
     // Sequences: 16 packed sequences of 1 to 4096 against one sequence of as many pairs; decode
     // from 64-slot pages against the contiguous decode above.
     const AttnCase varlen{16, 1, 1, 4096, 4096, 64, false, false, -1, AttnOption::none, AttnLayout::varlen};

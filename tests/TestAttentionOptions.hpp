@@ -197,6 +197,65 @@ TYPED_TEST(AttentionOptionsTest, TeamScheduleWithOptions) {
   });
 }
 
+/// Documents of 40 tokens: a query sees the keys of its own document.
+struct DocumentMask {
+  KOKKOS_INLINE_FUNCTION bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return i / 40 == j / 40;
+  }
+};
+
+TYPED_TEST(AttentionOptionsTest, BlockMask) {
+  using T = TypeParam;
+  const AttnShape s{2, 4, 2, 200, 200, 16, 16, false};
+  const AttnData<T> data = make_attn_data<T>(s, 280, 2.0);
+  RefTerms t;
+  t.mask_mod = [](std::size_t, std::size_t, std::size_t i, std::size_t j) { return i / 40 == j / 40; };
+  // make_block_mask's blocks of 16 x 16: true exactly where the block's rows and keys share a document.
+  const auto blocks = kflash::make_block_mask(AExec(), DocumentMask{}, s.B, s.Hq, s.Nq, s.Nk, 16, 16);
+  ASSERT_EQ(blocks.extent(2), 13u);
+  ASSERT_EQ(blocks.extent(3), 13u);
+  const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), blocks);
+  for (std::size_t qb = 0; qb < 13; ++qb)
+    for (std::size_t kb = 0; kb < 13; ++kb) {
+      const std::size_t i1 = std::min<std::size_t>(qb * 16 + 15, 199), j1 = std::min<std::size_t>(kb * 16 + 15, 199);
+      const bool shared = qb * 16 / 40 <= j1 / 40 && kb * 16 / 40 <= i1 / 40;
+      ASSERT_EQ(bool(hb(1, 3, qb, kb)), shared) << "block " << qb << ", " << kb;
+    }
+  kflash::AttentionOptions base;
+  base.block_mask = blocks;
+  base.block_mask_q = base.block_mask_k = 16;
+  for (auto opt : schedules(false)) {
+    opt.block_mask = base.block_mask;
+    opt.block_mask_q = opt.block_mask_k = 16;
+    run_attention<T>(data, opt, false, "document mask + block mask", LibraryAttention<kflash::NoScoreMod, DocumentMask>(), t);
+  }
+  with_small_team_shape<T>([&](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    run_attention<T>(data, base, false, "team schedule, block mask",
+                     TeamScheduleAttention<Shape, kflash::NoScoreMod, DocumentMask>(), t);
+  });
+  // A block mask that marks every block empty: every tile is skipped, so every row sees no key,
+  // although mask_mod would show some.
+  Kokkos::View<bool****, AMem> none("none", 1, 1, 13, 13);
+  using V4 = Kokkos::View<T****, AMem>;
+  V4 q("q", 1, 2, 200, 8), k("k", 1, 2, 200, 8), v("v", 1, 2, 200, 8), o("o", 1, 2, 200, 8);
+  Kokkos::deep_copy(q, T(1)), Kokkos::deep_copy(k, T(1)), Kokkos::deep_copy(v, T(1));
+  Kokkos::View<T***, AMem> lse("lse", 1, 2, 200);
+  kflash::AttentionOptions skip;
+  skip.block_mask = none;
+  skip.block_mask_q = skip.block_mask_k = 16;
+  kflash::attention(AExec(), q, k, v, o, skip, lse, kflash::NoScoreMod(), DocumentMask{});
+  const auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+  const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  for (std::size_t i = 0; i < 200; ++i) {
+    ASSERT_EQ(hl(0, 1, i), -inf<T>) << "row " << i;
+    ASSERT_EQ(ho(0, 1, i, 3), T(0)) << "row " << i;
+  }
+  expect_invalid([&] { kflash::attention(AExec(), q, k, v, o, base); }, {"options.block_mask (2, 4, 13, 13)", "Hq or 1"});
+  skip.block_mask_k = 0;
+  expect_invalid([&] { kflash::attention(AExec(), q, k, v, o, skip); }, {"block_mask_k", "0"});
+}
+
 TYPED_TEST(AttentionOptionsTest, BadOptionsThrow) {
   using T = TypeParam;
   using V4 = Kokkos::View<T****, AMem>;

@@ -62,6 +62,16 @@ struct AttentionOptions {
   /// sequence), aligned bottom-right to each sequence's cache_seqlens(b) keys.
   OptionView block_table;
   OptionView cache_seqlens;
+  /// A block mask for a user mask_mod (a hint for speed, like FlexAttention's BlockMask): a bool
+  /// View shaped (B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) whose entry
+  /// (b, h, qb, kb) is false only if no pair of query rows [qb block_mask_q, (qb + 1) block_mask_q)
+  /// and keys [kb block_mask_k, (kb + 1) block_mask_k) is visible. kflash skips the tiles that such
+  /// blocks cover; in the other tiles mask_mod decides every pair. make_block_mask() builds an exact
+  /// one from a mask_mod. (A block marked false that holds visible pairs makes the result depend on
+  /// the schedule's tiles.)
+  OptionView block_mask;
+  int block_mask_q = 128;
+  int block_mask_k = 128;
   /// The schedule; automatic unless forced for testing or tuning.
   AttentionSchedule schedule = AttentionSchedule::automatic;
   /// For split_kv: the number of key splits (0: chosen from the shapes).
@@ -223,7 +233,22 @@ AttentionTerms<T, ScoreStage<T, ScoreMod, MaskMod>> attention_terms(const Attent
   so.bias = option_array<ExecSpace, T>(opt.bias, "options.bias", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
   so.mask = option_array<ExecSpace, bool>(opt.mask, "options.mask", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
   const Strided<T> sinks = option_array<ExecSpace, T>(opt.sinks, "options.sinks", {p.Hq}, 0, "(Hq) = (" + Hq + ")");
-  return {attention_scale<T>(opt, p.D), ScoreStage<T, ScoreMod, MaskMod>(so, score_mod, mask_mod), sinks};
+  BlockMask block_mask;
+  if (!opt.block_mask.empty()) {
+    if (opt.block_mask_q < 1 || opt.block_mask_k < 1)
+      throw_invalid_argument("attention", "options.block_mask_q and block_mask_k must be >= 1, got " +
+                                              std::to_string(opt.block_mask_q) + " and " +
+                                              std::to_string(opt.block_mask_k));
+    const index_t nbq = (p.Nq + opt.block_mask_q - 1) / opt.block_mask_q,
+                  nbk = (p.Nk + opt.block_mask_k - 1) / opt.block_mask_k;
+    block_mask.blocks = option_array<ExecSpace, bool>(
+        opt.block_mask, "options.block_mask", {p.B, p.Hq, nbq, nbk}, 2,
+        "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (" + B + " or 1, " + Hq + " or 1, " +
+            std::to_string(nbq) + ", " + std::to_string(nbk) + ")");
+    block_mask.rows = opt.block_mask_q, block_mask.keys = opt.block_mask_k;
+  }
+  return {attention_scale<T>(opt, p.D), ScoreStage<T, ScoreMod, MaskMod>(so, score_mod, mask_mod), sinks,
+          block_mask};
 }
 
 /// The integers of index option `name` (a View of std::int32_t or std::int64_t shaped `want`),
@@ -461,6 +486,27 @@ void attention(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, con
   using NoLse = std::conditional_t<impl::view_rank<OV> == 3, Kokkos::View<T**, typename OV::memory_space>,
                                    Kokkos::View<T***, typename OV::memory_space>>;
   impl::attention_impl(exec, q, k, v, o, options, NoLse(), false, NoScoreMod(), NoMaskMod());
+}
+
+/// The exact block mask of a mask_mod (see AttentionOptions::block_mask) for B batches, Hq heads, Nq
+/// queries and Nk keys (for varlen and paged calls, the longest sequences), in blocks of block_q
+/// rows x block_k keys: entry (b, h, qb, kb) is true where mask_mod(b, h, i, j) is true for some
+/// pair of the block. mask_mod runs on exec, once per pair at most.
+template <class ExecSpace, class MaskMod, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space> make_block_mask(
+    const ExecSpace& exec, const MaskMod& mask_mod, std::int64_t B, std::int64_t Hq, std::int64_t Nq, std::int64_t Nk,
+    int block_q = 128, int block_k = 128) {
+  using View = Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  if (B < 0 || Hq < 0 || Nq < 0 || Nk < 0 || block_q < 1 || block_k < 1)
+    impl::throw_invalid_argument("make_block_mask", "B, Hq, Nq, Nk must be >= 0 and the block sizes >= 1, got (" +
+                                                        std::to_string(B) + ", " + std::to_string(Hq) + ", " +
+                                                        std::to_string(Nq) + ", " + std::to_string(Nk) + ") and " +
+                                                        std::to_string(block_q) + " x " + std::to_string(block_k));
+  const std::int64_t nbq = (Nq + block_q - 1) / block_q, nbk = (Nk + block_k - 1) / block_k;
+  const View blocks("kflash::block_mask", std::size_t(B), std::size_t(Hq), std::size_t(nbq), std::size_t(nbk));
+  Kokkos::parallel_for("kflash::make_block_mask", Kokkos::RangePolicy<ExecSpace>(exec, 0, B * Hq * nbq * nbk),
+                       impl::BlockMaskKernel<MaskMod, View>{mask_mod, blocks, Nq, Nk, block_q, block_k});
+  return blocks;
 }
 
 /// Combines attention results over disjoint key sets exactly (split-K/V decoding, KV-cache chunks,

@@ -85,6 +85,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
                                   : contiguous_keys_end(v, b, t0);
       if (run_end < end) end = run_end;
       tile.nk = end - t0;
+      if (this->tile_hidden(w, t0, tile.nk)) continue;
       if (k_in_place) {
         tile.k = &k(b, hk, t0, 0);
         tile.ldk = index_t(k.stride(2));

@@ -35,6 +35,7 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
 
     for (index_t t0 = w.kb; t0 < w.ke; t0 += p.bk) {
       const index_t nk = w.ke - t0 < p.bk ? w.ke - t0 : p.bk;
+      if (this->tile_hidden(w, t0, nk)) continue;
       team.team_barrier();  // the previous tile is no longer read
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk), [&](index_t j) {
         for (index_t d = 0; d < p.D; ++d) ks(j, d) = k(b, hk, t0 + j, d);

@@ -110,6 +110,13 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
   return plan_splits<Traits>(exec, p);
 }
 
+/// A block mask (a hint for speed): blocks(b, h, i / rows, j / keys) false says that no pair of that
+/// block of rows x keys is visible, so tiles that only such blocks cover are skipped.
+struct BlockMask {
+  Strided<bool> blocks;
+  index_t rows = 1, keys = 1;
+};
+
 /// Row r of a tile in scratch, as a function of the column.
 template <class Tile>
 struct TileRow {
@@ -141,6 +148,7 @@ struct AttentionKernelBase {
   T scale;
   Stage stage;
   Strided<T> sinks;  // one logit per query head, joining each row's denominator (off when null)
+  BlockMask block_mask;
   int scratch_level;
 
   Sequences<typename ExecSpace::memory_space> seq;
@@ -190,6 +198,23 @@ struct AttentionKernelBase {
   };
   KOKKOS_INLINE_FUNCTION Row row_of(const Block& w, index_t rho) const {
     return Row{w.hk * p.group + rho / w.nq, rho % w.nq};
+  }
+
+  /// Whether the block mask marks every pair of block w's rows with keys [t0, t0 + nk) hidden (the
+  /// tile is then skipped). Every thread of a team gets the same answer.
+  KOKKOS_INLINE_FUNCTION bool tile_hidden(const Block& w, index_t t0, index_t nk) const {
+    if (!block_mask.blocks.on()) return false;
+    const index_t k0 = t0 / block_mask.keys, k1 = (t0 + nk - 1) / block_mask.keys;
+    index_t last_h = -1, last_qb = -1;
+    for (index_t r = 0; r < w.nrows; ++r) {
+      const Row row = row_of(w, w.rho0 + r);
+      const index_t qb = row.i / block_mask.rows;
+      if (row.h == last_h && qb == last_qb) continue;
+      last_h = row.h, last_qb = qb;
+      for (index_t kb = k0; kb <= k1; ++kb)
+        if (block_mask.blocks(w.b, row.h, qb, kb)) return false;
+    }
+    return true;
   }
 
   /// The keys query row i of block w sees.

@@ -63,6 +63,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
 
     for (index_t t0 = w.kb; t0 < w.ke; t0 += BK) {
       const index_t nk = w.ke - t0 < BK ? w.ke - t0 : BK;
+      if (this->tile_hidden(w, t0, nk)) continue;
       team.team_barrier();  // the previous tile is no longer read
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](index_t idx) {
         const index_t j = idx / D, d = idx % D;

@@ -6,6 +6,7 @@
 
 #include <kflash/impl/host/host_attention.hpp>
 #include <kflash/impl/schedule/attention_kernel.hpp>
+#include <kflash/impl/schedule/block_mask.hpp>
 #include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
 #include <kflash/impl/workspace.hpp>
@@ -23,12 +24,13 @@ using AttentionKernelOf = std::conditional_t<
                        host::HostAttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>,
                        AttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>>>;
 
-/// What a call adds to q, k, v: the scale, the score stage and the sinks.
+/// What a call adds to q, k, v: the scale, the score stage, the sinks and the block mask.
 template <class T, class Stage>
 struct AttentionTerms {
   T scale;
   Stage stage;
   Strided<T> sinks;
+  BlockMask block_mask;
 };
 
 /// Runs a planned call with the kernel of Shape.
@@ -58,7 +60,8 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
   auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
     using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, decltype(o_view),
                                      decltype(lse_view), decltype(partial)::value>;
-    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks, 0, seq}};
+    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks,
+                    terms.block_mask, 0, seq}};
   };
   if (p.nsplits == 1) {
     launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
