@@ -352,9 +352,9 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     p.ragged = true;
     const auto terms = attention_terms<ExecSpace, T>(opt, p, score_mod, mask_mod);
     if (p.B * p.Hq * p.Nq == 0) return;
-    run(p, terms, seq, PackedRows<QV, Mem>{q, seq.cu_q, p.B, p.Nq}, PackedRows<KV, Mem>{k, seq.cu_k, p.B, p.Nk},
-        PackedRows<VV, Mem>{v, seq.cu_k, p.B, p.Nk}, PackedRows<OV, Mem>{o, seq.cu_q, p.B, p.Nq},
-        PackedLse<LV, Mem>{lse, seq.cu_q}, has_lse);
+    run(p, terms, seq, PackedRows<QV, Mem>{{}, q, seq.cu_q, p.B, p.Nq}, PackedRows<KV, Mem>{{}, k, seq.cu_k, p.B, p.Nk},
+        PackedRows<VV, Mem>{{}, v, seq.cu_k, p.B, p.Nk}, PackedRows<OV, Mem>{{}, o, seq.cu_q, p.B, p.Nq},
+        PackedLse<LV, Mem>{{}, lse, seq.cu_q}, has_lse);
   } else if constexpr (view_rank<QV> == 4 && view_rank<KV> == 4 && view_rank<VV> == 4 && view_rank<OV> == 4 &&
                        view_rank<LV> == 3) {
     if (varlen) return;  // require_rank threw
@@ -416,7 +416,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     const auto terms = attention_terms<ExecSpace, T>(opt, p, score_mod, mask_mod);
     if (p.B * p.Hq * p.Nq == 0) return;
     const auto block_table = index_view<Mem>(table, p.B, max_pages, "kflash::block_table");
-    run(p, terms, seq, q, PagedKeys<KV, Mem>{k, block_table, page_size}, PagedKeys<VV, Mem>{v, block_table, page_size},
+    run(p, terms, seq, q, PagedKeys<KV, Mem>{{}, k, block_table, page_size}, PagedKeys<VV, Mem>{{}, v, block_table, page_size},
         o, lse, has_lse);
   }
 }

@@ -25,12 +25,18 @@ struct Sequences {
   }
 };
 
-/// A packed (total, H, D) View read as (b, h, i, d): row i of sequence b is row start(b) + i.
-template <class View, class Mem>
-struct PackedRows {
+/// The value and memory types a kernel asks of the Views it reads, for an adapter over a View.
+template <class View>
+struct ViewAdapter {
   using value_type = typename View::value_type;
   using non_const_value_type = typename View::non_const_value_type;
   using memory_space = typename View::memory_space;
+};
+
+/// A packed (total, H, D) View read as (b, h, i, d): row i of sequence b is row start(b) + i.
+template <class View, class Mem>
+struct PackedRows : ViewAdapter<View> {
+  using typename ViewAdapter<View>::value_type;
   View view;
   Kokkos::View<const index_t*, Mem> start;
   index_t B = 0, N = 0;  // batches, the longest sequence
@@ -48,10 +54,8 @@ struct PackedRows {
 
 /// A packed lse (H, total) View read as (b, h, i).
 template <class View, class Mem>
-struct PackedLse {
-  using value_type = typename View::value_type;
-  using non_const_value_type = typename View::non_const_value_type;
-  using memory_space = typename View::memory_space;
+struct PackedLse : ViewAdapter<View> {
+  using typename ViewAdapter<View>::value_type;
   View view;
   Kokkos::View<const index_t*, Mem> start;
   KOKKOS_INLINE_FUNCTION value_type& operator()(index_t b, index_t h, index_t i) const {
@@ -61,10 +65,8 @@ struct PackedLse {
 
 /// A paged cache (num_pages, page_size, Hk, D) read as (b, hk, j, d) through block_table (B, pages).
 template <class View, class Mem>
-struct PagedKeys {
-  using value_type = typename View::value_type;
-  using non_const_value_type = typename View::non_const_value_type;
-  using memory_space = typename View::memory_space;
+struct PagedKeys : ViewAdapter<View> {
+  using typename ViewAdapter<View>::value_type;
   View cache;
   Kokkos::View<const index_t**, Kokkos::LayoutRight, Mem> block_table;
   index_t page_size = 1;
