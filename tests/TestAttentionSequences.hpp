@@ -49,10 +49,12 @@ void expect_sequence(const AttnData<T>& seq, ld scale, const RefTerms& terms, co
   expect_attention_matches<T>(ref, o, lse, attention_tolerance<T>(ref), what + " " + describe(s));
 }
 
-/// Packs the sequences, runs varlen attention with offsets of type I and checks every sequence.
+/// Packs the sequences, runs varlen attention with offsets of type I and checks every sequence. With
+/// `strided`, q, k, v and o are LayoutStride windows into rows padded by 3 values (as a packed qkv
+/// buffer gives them).
 template <class T, class I = std::int32_t, class Runner = LibraryAttention<>>
 void run_varlen(const std::vector<AttnData<T>>& seqs, kflash::AttentionOptions opt, const RefTerms& terms,
-                const std::string& what, const Runner& run = {}) {
+                const std::string& what, const Runner& run = {}, bool strided = false) {
   const AttnShape& s = seqs.front().s;
   std::vector<std::int64_t> cu_q{0}, cu_k{0};
   for (const auto& q : seqs) {
@@ -80,7 +82,19 @@ void run_varlen(const std::vector<AttnData<T>>& seqs, kflash::AttentionOptions o
   opt = with_terms<T>(opt, s, terms);
   opt.cu_seqlens_q = index_view<I>(cu_q, cu_q.size());
   opt.cu_seqlens_k = index_view<I>(cu_k, cu_k.size());
-  run(q, k, v, o, opt, lse);
+  if (strided) {
+    auto padded = [](const V3& a) {
+      const V3 wide("wide", a.extent(0), a.extent(1), a.extent(2) + 3);
+      const auto window = Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, std::make_pair(std::size_t(0), a.extent(2)));
+      Kokkos::deep_copy(window, a);
+      return window;
+    };
+    const auto qs = padded(q), ks = padded(k), vs = padded(v), os = padded(o);
+    run(qs, ks, vs, os, opt, lse);
+    Kokkos::deep_copy(o, os);
+  } else {
+    run(q, k, v, o, opt, lse);
+  }
   auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
   auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
   const ld scale = opt.scale != 0 ? opt.scale : 1 / std::sqrt(ld(s.D));
@@ -161,6 +175,7 @@ TYPED_TEST(AttentionSequencesTest, VarlenLengths) {
   const auto seqs = make_sequences<T>(like, nq, nk, 300);
   for (const auto& opt : schedules(false)) run_varlen<T>(seqs, opt, {}, "plain");
   run_varlen<T, std::int64_t>(seqs, {}, {}, "64-bit offsets");
+  for (const auto& opt : schedules(false)) run_varlen<T>(seqs, opt, {}, "strided (LayoutStride) packed Views", {}, true);
 }
 
 TYPED_TEST(AttentionSequencesTest, VarlenCausalWindowAligned) {
