@@ -80,10 +80,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
       // A tile ends where the keys' contiguous run does (a page of a paged cache).
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
-      const index_t run_end = contiguous_keys_end(k, b, t0) < contiguous_keys_end(v, b, t0)
-                                  ? contiguous_keys_end(k, b, t0)
-                                  : contiguous_keys_end(v, b, t0);
-      if (run_end < end) end = run_end;
+      const index_t k_end = contiguous_keys_end(k, b, t0), v_end = contiguous_keys_end(v, b, t0);
+      if (k_end < end) end = k_end;
+      if (v_end < end) end = v_end;
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
       if (k_in_place) {
