@@ -37,11 +37,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       sr.diagonal = row.c - t0;
     }
     if (so.bias.on()) {
-      sr.bias = &so.bias.data[row.b * so.bias.s0 + row.h * so.bias.s1 + row.i * so.bias.s2 + t0 * so.bias.s3];
+      sr.bias = so.bias.at(row.b, row.h, row.i, t0);
       sr.bias_stride = so.bias.s3;
     }
     if (so.mask.on() && !Stage::user_score) {
-      sr.mask = &so.mask.data[row.b * so.mask.s0 + row.h * so.mask.s1 + row.i * so.mask.s2 + t0 * so.mask.s3];
+      sr.mask = so.mask.at(row.b, row.h, row.i, t0);
       sr.mask_stride = so.mask.s3;
     }
     return sr;

@@ -77,8 +77,12 @@ struct Strided {
   const V* data = nullptr;
   index_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   KOKKOS_INLINE_FUNCTION bool on() const { return data != nullptr; }
+  /// Where element (a, b, c, d) is.
+  KOKKOS_INLINE_FUNCTION const V* at(index_t a, index_t b = 0, index_t c = 0, index_t d = 0) const {
+    return data + (a * s0 + b * s1 + c * s2 + d * s3);
+  }
   KOKKOS_INLINE_FUNCTION V operator()(index_t a, index_t b = 0, index_t c = 0, index_t d = 0) const {
-    return data[a * s0 + b * s1 + c * s2 + d * s3];
+    return *at(a, b, c, d);
   }
 };
 
