@@ -282,6 +282,10 @@ void baseline_rows(const Exec& exec, RowKind kind, int passes, const X& x, const
 }
 
 /// One case: kind, type, rows x cols. `variant`: 0 = kflash, 2 or 3 = the baseline of that many passes.
+/// row_case's variant of SoftmaxStream, and its tile width.
+constexpr int stream_variant = 4;
+constexpr index_t stream_tile = 4096;
+
 template <class Exec, class T>
 void row_case(benchmark::State& state, const std::string& backend, RowKind kind, index_t rows, index_t cols,
               int variant) {
@@ -293,6 +297,21 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   fill_normal(x, 1);
   const std::string key = backend + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                           std::to_string(rows) + "x" + std::to_string(cols);
+  if (variant == stream_variant) {
+    // SoftmaxStream fed x in tiles of stream_tile columns, then finalized in place; its speed-up is
+    // against the one-shot kflash kernel of the same case.
+    const double s = run_timed(state, exec, [&] {
+      kflash::SoftmaxStream<T, Exec> stream(exec, y);
+      for (index_t c0 = 0; c0 < cols; c0 += stream_tile)
+        stream.update(exec, Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(c0, std::min(cols, c0 + stream_tile))),
+                      c0);
+      stream.finalize(exec, y, kind == RowKind::softmax ? kflash::Normalize::prob : kflash::Normalize::log_prob);
+    });
+    const double bytes = double(rows) * cols * sizeof(T) * 2;
+    set_rate(state, bytes, "GB/s");
+    set_relative(state, backend + "/copy_bw", bytes / s, key + "/one-shot", s, double(rows) * sizeof(kflash::SoftmaxState<T>));
+    return;
+  }
   const double s = run_timed(state, exec, [&] {
     if (variant != 0) baseline_rows(exec, kind, variant, x, y, mx, sm);
     else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
@@ -315,6 +334,7 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
                double(kflash::impl::host::plan_host_rows<T>(kflash::impl::RowOp::softmax, plan).weights_bytes);
   }
   set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
+  record_baseline(key + "/one-shot", s, extra);
 }
 
 // --- attention ---------------------------------------------------------------------------------
@@ -428,7 +448,7 @@ kflash::AttentionOptions attn_options(const AttnCase& c) {
 
 /// The keys each query row of case c sees (causal, or the window with window_right 0).
 inline kflash::impl::KeyMask attn_mask(const AttnCase& c) {
-  return kflash::impl::KeyMask{c.Nq, c.Nk, c.window, c.causal || c.window >= 0 ? 0 : -1};
+  return kflash::impl::KeyMask{c.Nk, c.Nk - c.Nq, c.window, c.causal || c.window >= 0 ? 0 : -1};
 }
 
 /// The (query, key) pairs of case c that the causal mask and the window leave visible.

@@ -77,7 +77,8 @@ struct HostRowKernel {
       return;
     }
     SoftmaxState<T> s = SoftmaxState<T>::identity();
-    for (index_t j = 0; j < p.chunks; ++j) s.merge(ws(r, j));
+    if (phase == RowPhase::write) s = ws(r, 0);
+    else for (index_t j = 0; j < p.chunks; ++j) s.merge(ws(r, j));
     if constexpr (Op == RowOp::logsumexp) {
       y(r, 0) = s.logsumexp();
     } else {

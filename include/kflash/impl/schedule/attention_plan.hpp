@@ -15,6 +15,8 @@ struct AttentionPlan {
   index_t B = 0, Hq = 0, Hk = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;  // Nq, Nk: the longest sequences
   index_t window_left = -1, window_right = -1;                   // as KeyMask's left and right
   bool ragged = false;       // sequences of their own lengths (varlen, paged): Sequences gives them
+  bool at_offset = false;    // row i's diagonal key is i + query_offset (streams), else bottom-right
+  index_t query_offset = 0;
   index_t key_run = 0;       // > 0: keys sit in runs of this many (pages); splits start on a run
   index_t fixed_splits = 0;  // > 0: the keys split into this many ranges (at most Nk)
   index_t min_splits = 1;    // otherwise at least this many, more where blocks are too few
@@ -169,7 +171,7 @@ struct AttentionKernelBase {
     w.b = item / p.Hk;
     w.nq = seq.nq(w.b);
     w.nk = seq.nk(w.b);
-    w.mask = KeyMask{w.nq, w.nk, p.window_left, p.window_right};
+    w.mask = KeyMask{w.nk, p.at_offset ? p.query_offset : w.nk - w.nq, p.window_left, p.window_right};
     const index_t rows = p.group * w.nq;
     w.rho0 = qb * p.bq;
     w.nrows = rows - w.rho0 < p.bq ? (rows > w.rho0 ? rows - w.rho0 : 0) : p.bq;
@@ -221,7 +223,7 @@ struct AttentionKernelBase {
   KOKKOS_INLINE_FUNCTION KeyRange keys_of(const Block& w, index_t i) const { return w.mask.keys_of(i); }
   /// Where block w's row `row` is, for the score stage.
   KOKKOS_INLINE_FUNCTION RowAt at(const Block& w, Row row) const {
-    return RowAt{w.b, row.h, row.i, row.i + w.nk - w.nq};
+    return RowAt{w.b, row.h, row.i, row.i + w.mask.shift};
   }
 
   KOKKOS_INLINE_FUNCTION T& out(const Block& w, Row row, index_t d) const {
@@ -231,9 +233,8 @@ struct AttentionKernelBase {
   /// Finishes row `row`'s state st (the sink joins it, in the first key split only) and returns the
   /// factor that turns its running O into the output.
   KOKKOS_INLINE_FUNCTION T finish(const Block& w, Row row, SoftmaxState<T>& st) const {
-    T fa = T(1);
-    if (sinks.on() && w.split == 0) fa = OutputFactors<T>::merge(st, SoftmaxState<T>::of(sinks(row.h))).fa;
-    return fa * SoftmaxNormalizer<T>(st).inv_sum;
+    const bool with_sink = sinks.on() && w.split == 0;
+    return finish_row(st, with_sink, with_sink ? sinks(row.h) : T(0));
   }
   KOKKOS_INLINE_FUNCTION void store_lse(const Block& w, Row row, const SoftmaxState<T>& st) const {
     if (!has_lse) return;

@@ -11,11 +11,12 @@
 
 namespace kflash::impl {
 
-/// The three phases a row kernel runs in:
+/// The phases a row kernel runs in:
 ///  whole:   reduce a whole row to its state, then write the row's outputs;
 ///  partial: reduce one chunk of a row to a state in the workspace;
-///  finish:  merge a row's chunk states, then write one chunk's outputs.
-enum class RowPhase { whole, partial, finish };
+///  finish:  merge a row's chunk states, then write one chunk's outputs;
+///  write:   write one chunk's outputs from its row's finished state ws(r, 0) (streams).
+enum class RowPhase { whole, partial, finish, write };
 
 template <class ExecSpace, class Traits, class XRows, class YRows, class Workspace, RowOp Op>
 struct RowKernel {
@@ -40,7 +41,9 @@ struct RowKernel {
     const index_t end = begin + plan.chunk_len < plan.cols ? begin + plan.chunk_len : plan.cols;
 
     state_type s = state_type::identity();
-    if (phase == RowPhase::finish) {
+    if (phase == RowPhase::write) {
+      s = ws(r, 0);
+    } else if (phase == RowPhase::finish) {
       // The same merge as every other tier, over the row's chunk states.
       Kokkos::parallel_reduce(
           Kokkos::TeamVectorRange(team, plan.chunks),

@@ -42,3 +42,35 @@ void dispatch_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
 }
 
 }  // namespace kflash::impl
+
+namespace kflash::impl {
+
+/// Runs one phase of a row operation on plan `plan` through the schedule for the space: the host
+/// kernels for contiguous rows where the traits have them, the portable row kernel otherwise.
+/// Streams use the partial phase (each chunk's state into ws(r, c)) and the write phase (outputs
+/// from the finished states ws(r, 0)).
+template <RowOp Op, class ExecSpace, class XRows, class YRows, class Workspace>
+void run_row_phase(const ExecSpace& exec, const XRows& x, const YRows& y, const Workspace& ws, const RowPlan& plan,
+                   RowPhase phase, const std::string& label) {
+  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using Traits = ScheduleTraits<ExecSpace>;
+  if (plan.rows == 0) return;
+  const index_t per_row = phase == RowPhase::write && Op == RowOp::logsumexp ? 1 : plan.chunks;
+  if constexpr (Traits::host_kernels) {
+    bool contiguous = x.unit_stride();
+    if constexpr (Op != RowOp::logsumexp) contiguous = contiguous && (phase == RowPhase::partial || y.unit_stride());
+    if (contiguous) {
+      using Kernel = host::HostRowKernel<ExecSpace, XRows, YRows, Workspace, Op>;
+      Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * per_row), 1, 1),
+                           Kernel{x, y, ws, host::plan_host_rows<T>(Op, plan), phase, per_row});
+      return;
+    }
+  }
+  using Kernel = RowKernel<ExecSpace, Traits, XRows, YRows, Workspace, Op>;
+  Kokkos::parallel_for(label,
+                       Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * per_row), Traits::row_team_size,
+                                                     Traits::vector_length),
+                       Kernel{x, y, ws, plan, phase, per_row});
+}
+
+}  // namespace kflash::impl

@@ -36,14 +36,14 @@ struct KeyRange {
   }
 };
 
-/// Which keys each query row of a sequence of Nq queries and Nk keys sees, aligned bottom-right: row
-/// i's diagonal key is c = i + Nk - Nq, and it sees the keys j with c - left <= j <= c + right
-/// (left, right = -1: unbounded on that side; causal is right = 0).
+/// Which keys each query row of a sequence of Nk keys sees: row i's diagonal key is c = i + shift
+/// (bottom-right alignment of Nq queries: shift = Nk - Nq), and it sees the keys j with
+/// c - left <= j <= c + right (left, right = -1: unbounded on that side; causal is right = 0).
 struct KeyMask {
-  index_t Nq = 0, Nk = 0;
+  index_t Nk = 0, shift = 0;
   index_t left = -1, right = -1;
   KOKKOS_INLINE_FUNCTION KeyRange keys_of(index_t i) const {
-    const index_t c = i + (Nk - Nq);
+    const index_t c = i + shift;
     KeyRange r;
     r.begin = left < 0 ? 0 : c - left;
     r.end = right < 0 ? Nk : c + right + 1;
@@ -66,7 +66,7 @@ KOKKOS_INLINE_FUNCTION T score_stage(T score, const KeyRange& keys, index_t j) {
 }
 
 /// Where a query row is: batch b, query head h, row i of its sequence, whose diagonal key is c
-/// (i + Nk - Nq of its sequence).
+/// (KeyMask's i + shift).
 struct RowAt {
   index_t b, h, i, c;
 };
@@ -85,6 +85,15 @@ struct Strided {
     return *at(a, b, c, d);
   }
 };
+
+/// Finishes a row's state st, with a sink (a logit without a value) joining its denominator when
+/// `with_sink`; returns the factor that turns the row's running O into its output O / l.
+template <class T>
+KOKKOS_INLINE_FUNCTION T finish_row(SoftmaxState<T>& st, bool with_sink, T sink) {
+  T fa = T(1);
+  if (with_sink) fa = OutputFactors<T>::merge(st, SoftmaxState<T>::of(sink)).fa;
+  return fa * SoftmaxNormalizer<T>(st).inv_sum;
+}
 
 /// The built-in score modifiers (each off unless set): softcap, ALiBi slopes by (b, h), an additive
 /// bias and a mask View (true: the pair is visible) by (b, h, i, j).
