@@ -3,8 +3,10 @@
 
 #include <kflash/attention.hpp>
 #include <kflash/attention_state.hpp>
+#include <kflash/attention_stream.hpp>
 #include <kflash/softmax.hpp>
 #include <kflash/softmax_state.hpp>
+#include <kflash/softmax_stream.hpp>
 #include <kflash/version.hpp>
 
 #include <iosfwd>
