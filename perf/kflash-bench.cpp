@@ -76,11 +76,16 @@ void register_backend(Registry& reg) {
     using T = decltype(type_tag);
     const std::string base = be + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                              std::to_string(sh.first) + "x" + std::to_string(sh.second);
-    for (int variant : {3, 2, 0}) {
+    for (int variant : {3, 2, 0, stream_variant}) {
       // The baselines run a team per row: on a device, a few long rows leave it nearly idle for
       // seconds per call, so they are measured from 1024 rows up only.
-      if (variant != 0 && !host && sh.first < 1024) continue;
-      reg.add(base + (variant == 3 ? "/baseline_3pass" : variant == 2 ? "/baseline_2pass" : "/kflash"),
+      if (variant != 0 && variant != stream_variant && !host && sh.first < 1024) continue;
+      // The stream: rows wider than its tile, softmax and log_softmax.
+      if (variant == stream_variant && (kind == RowKind::logsumexp || sh.second <= stream_tile)) continue;
+      reg.add(base + (variant == 3   ? "/baseline_3pass"
+                      : variant == 2 ? "/baseline_2pass"
+                      : variant == 0 ? "/kflash"
+                                     : "/kflash_stream" + std::to_string(stream_tile)),
               [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, variant); });
     }
   };
@@ -200,7 +205,8 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
       "read once) or GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth\n"
       "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, sgemm/dgemm 2048^3\n"
       "through OpenBLAS with the backend's thread count (host) or the multiply-add limit (devices), all\n"
-      "measured above in this run. speed-up: over the fastest baseline of the same case. extra MiB: kflash\n"
+      "measured above in this run. speed-up: over the fastest baseline of the same case (kflash_stream*:\n"
+      "over kflash's one-shot kernel; the stream's tiles are read, written and read again). extra MiB: kflash\n"
       "workspace, host softmax's team scratch included (baseline: its score buffer / row statistics).\n");
 }
 
