@@ -100,6 +100,17 @@ void register_backend(Registry& reg) {
     }
   }
 
+  // cross-entropy: LLM vocabularies (32k to 256k) at training batches, and short rows
+  const std::vector<Shape> ce_shapes = reg.opt.full ? std::vector<Shape>{{512, 262144}, {4096, 32768}, {8, 262144}, {65536, 64}}
+                                                    : std::vector<Shape>{{256, 131072}, {8, 262144}};
+  for (const Shape& sh : ce_shapes) {
+    const std::string base = be + "/cross_entropy/" + type_name<float>() + "/" + std::to_string(sh.first) + "x" +
+                             std::to_string(sh.second);
+    reg.add(base + "/baseline_log_softmax",
+            [=](benchmark::State& s) { cross_entropy_case<Exec, float>(s, be, sh.first, sh.second, 1); });
+    reg.add(base + "/kflash", [=](benchmark::State& s) { cross_entropy_case<Exec, float>(s, be, sh.first, sh.second, 0); });
+  }
+
   // attention and decode
   std::vector<AttnCase> cases;
   if (reg.opt.full) {

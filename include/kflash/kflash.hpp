@@ -4,6 +4,7 @@
 #include <kflash/attention.hpp>
 #include <kflash/attention_state.hpp>
 #include <kflash/attention_stream.hpp>
+#include <kflash/cross_entropy.hpp>
 #include <kflash/softmax.hpp>
 #include <kflash/softmax_state.hpp>
 #include <kflash/softmax_stream.hpp>

@@ -91,14 +91,17 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
 }
 
 /// The state pass over x[0, n), a tile at a time. With w, the weights exp(x - tile max) go to
-/// w[0, n) and tile t's maximum to tile_max[t].
+/// w[0, n) and tile t's maximum to tile_max[t]. With sum_logits, the sum of x goes to `logits` (a
+/// compensated sum of the tiles' sums, each taken while its tile is in the cache).
 template <class T, int VB>
 struct StatePass {
   const T* x;
   index_t n;
   T* w = nullptr;
   T* tile_max = nullptr;
+  bool sum_logits = false;
   SoftmaxState<T> state = SoftmaxState<T>::identity();
+  SoftmaxState<T> logits = SoftmaxState<T>::identity();
 
   /// The tile from b (a multiple of HostTraits::tile).
   void tile(index_t b) {
@@ -116,6 +119,7 @@ struct StatePass {
     } else {
       state.merge(t);
     }
+    if (sum_logits) logits.add_term(impl::tile_sum<VectorLanes<T, VB>, T>(b, e, Load<T>{x}));
   }
   void all() {
     for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);
@@ -127,6 +131,13 @@ SoftmaxState<T> row_state(const T* x, index_t n) {
   StatePass<T, VB> pass{x, n};
   pass.all();
   return pass.state;
+}
+
+template <class T, int VB>
+LogitStats<T> row_logit_stats(const T* x, index_t n) {
+  StatePass<T, VB> pass{x, n, nullptr, nullptr, true};
+  pass.all();
+  return LogitStats<T>{pass.state, pass.logits, T(0)};
 }
 
 template <class T, int VB>

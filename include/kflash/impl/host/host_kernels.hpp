@@ -5,6 +5,7 @@
 #pragma once
 
 #include <kflash/impl/tile/attention_step.hpp>
+#include <kflash/impl/tile/logit_stats.hpp>
 #include <kflash/impl/traits.hpp>
 
 namespace kflash::impl::host {
@@ -24,6 +25,11 @@ SoftmaxState<float> row_state(const float* x, index_t n);
 SoftmaxState<double> row_state(const double* x, index_t n);
 SoftmaxState<float> row_state(Isa which, const float* x, index_t n);
 SoftmaxState<double> row_state(Isa which, const double* x, index_t n);
+
+/// The statistics of x[0, n) that a cross-entropy loss needs (target_logit 0): row_state's pass,
+/// which also sums each tile while it is in the cache.
+LogitStats<float> row_logit_stats(const float* x, index_t n);
+LogitStats<double> row_logit_stats(const double* x, index_t n);
 
 /// y[0, n) = norm.prob(x) (softmax) or norm.log_prob(x) (log_softmax) for a chunk x[0, n) of a row
 /// whose state gave `norm`; with `stream`, through non-temporal stores.

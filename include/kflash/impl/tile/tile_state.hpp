@@ -191,6 +191,24 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F&
   return tile_state<Lanes, T>(tile_max<Lanes, T>(b, e, value), b, e, value, store);
 }
 
+/// The sum of value(i), i in [b, e), over Lanes' blocks (the lanes added by their tree; a tile is
+/// short, so its plain sum is accurate; tiles' sums are then added compensated).
+template <class Lanes, class T, class F>
+KOKKOS_INLINE_FUNCTION T tile_sum(index_t b, index_t e, const F& value) {
+  constexpr int W = Lanes::width;
+  typename Lanes::Block s;
+  Lanes::fill(s, T(0));
+  const index_t full = b + (e - b) / W * W;
+  for (index_t i = b; i < full; i += W) {
+    T v[W];
+    for (int l = 0; l < W; ++l) v[l] = value(i + l);
+    Lanes::add(s, v);
+  }
+  T r = Lanes::sum_tree(s);
+  for (index_t i = full; i < e; ++i) r += value(i);
+  return r;
+}
+
 /// Element access to contiguous memory for the tile loops (function objects rather than lambdas:
 /// nvcc wants them callable from both sides), and a store that keeps nothing.
 template <class T>
@@ -236,6 +254,15 @@ struct VectorRangeLanes {
         OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
     return SoftmaxState<T>::of_weights(m, sum);
   }
+
+  /// The sum of value(i), i in [b, e), by a vector reduction.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION T tile_sum(index_t b, index_t e, const F& value) const {
+    T s = T(0);
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, b, e), [&](index_t i, T& acc) { acc += value(i); }, s);
+    return s;
+  }
 };
 
 /// A single thread's tile by a lane-block policy, in VectorRangeLanes' form: schedules take the
@@ -247,6 +274,10 @@ struct ThreadLanes {
   template <class F, class Store>
   KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F& value, const Store& store) const {
     return impl::tile_state<Lanes, T>(b, e, value, store);
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION T tile_sum(index_t b, index_t e, const F& value) const {
+    return impl::tile_sum<Lanes, T>(b, e, value);
   }
 };
 

@@ -1,0 +1,140 @@
+// The portable cross-entropy schedule, for rows of any layout on any space: each row, or each chunk
+// of a row as plan_rows cuts it, reduced to its LogitStats in a workspace of rows x chunks (a team
+// per item, tiles over its threads, each tile over the lanes Traits::tile_lanes names); then one
+// reduction over the rows merges each row's chunks, writes its loss and totals the losses.
+#pragma once
+
+#include <kflash/impl/schedule/rows.hpp>
+#include <kflash/impl/tile/logit_stats.hpp>
+
+#include <cstdint>
+#include <limits>
+
+namespace kflash::impl {
+
+/// The totals of a call over its rows: the losses' sum and count (rows not ignored), and the first
+/// row whose target is outside the vocabulary (rows if none) with that target.
+struct LossTotal {
+  double sum;
+  index_t counted;
+  index_t bad_row;
+  std::int64_t bad_target;
+
+  KOKKOS_INLINE_FUNCTION static constexpr LossTotal identity() {
+    return LossTotal{0.0, 0, std::numeric_limits<index_t>::max(), 0};
+  }
+  KOKKOS_INLINE_FUNCTION void merge(const LossTotal& o) {
+    sum += o.sum;
+    counted += o.counted;
+    if (o.bad_row < bad_row) {
+      bad_row = o.bad_row;
+      bad_target = o.bad_target;
+    }
+  }
+};
+
+/// One work item of the statistics phase: row r (item / chunks) from `begin` to `end` (chunk
+/// item % chunks).
+struct RowChunk {
+  index_t r, c, begin, end;
+  KOKKOS_INLINE_FUNCTION RowChunk(const RowPlan& p, index_t item) : r(item / p.chunks), c(item % p.chunks) {
+    begin = c * p.chunk_len;
+    end = begin + p.chunk_len < p.cols ? begin + p.chunk_len : p.cols;
+  }
+};
+
+/// The statistics phase on the portable schedule: ws(r, c) = LogitStats of chunk c of row r.
+template <class ExecSpace, class Traits, class XRows, class Targets, class Workspace>
+struct LogitStatsKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using stats_type = typename Workspace::value_type;
+  using T = typename stats_type::value_type;
+  using Lanes = typename Traits::template tile_lanes<T, member_type>;
+
+  XRows x;
+  Targets targets;
+  Workspace ws;
+  RowPlan plan;
+  index_t col0;  // the vocabulary's column of x's first column
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const RowChunk rc(plan, team.league_rank());
+    constexpr index_t tile = Traits::tile;
+    const Lanes lanes(team);
+    const auto value = [&](index_t i) { return x(rc.r, i); };
+    stats_type s;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, (rc.end - rc.begin + tile - 1) / tile),
+        [&](index_t t, stats_type& acc) {
+          const index_t tb = rc.begin + t * tile;
+          const index_t te = tb + tile < rc.end ? tb + tile : rc.end;
+          acc.state.merge(lanes.tile_state(tb, te, value, NoStore<T>{}));
+          acc.add_logits(lanes.tile_sum(tb, te, value));
+        },
+        MergeOf<stats_type>(s));
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      s.target_logit = target_logit_in(x, targets, rc.r, col0, rc.begin, rc.end);
+      ws(rc.r, rc.c) = s;
+    });
+  }
+};
+
+template <class Traits, class ExecSpace, class XRows, class Targets, class Workspace>
+void run_logit_stats_kernel(const ExecSpace& exec, const XRows& x, const Targets& targets, const Workspace& ws,
+                            const RowPlan& plan, index_t col0, const std::string& label) {
+  using Kernel = LogitStatsKernel<ExecSpace, Traits, XRows, Targets, Workspace>;
+  Kokkos::parallel_for(
+      label, Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * plan.chunks), Traits::row_team_size, Traits::vector_length),
+      Kernel{x, targets, ws, plan, col0});
+}
+
+/// The loss phase: for each row, its chunks' statistics merged, its loss written (0 for ignored
+/// rows, NaN for a target outside [0, cols)), and the totals.
+template <class Workspace, class Targets, class LossView>
+struct CrossEntropyLoss {
+  using T = typename LossView::value_type;
+
+  Workspace ws;
+  Targets targets;
+  LossView loss;
+  index_t chunks;
+  index_t cols;  // the vocabulary's size
+  std::int64_t ignore_index;
+  LossTerms terms;
+
+  KOKKOS_INLINE_FUNCTION void operator()(index_t r, LossTotal& total) const {
+    const std::int64_t t = std::int64_t(targets(r));
+    if (t == ignore_index) {
+      loss(r) = T(0);
+      return;
+    }
+    if (t < 0 || t >= cols) {
+      loss(r) = quiet_nan<T>();
+      if (r < total.bad_row) {
+        total.bad_row = r;
+        total.bad_target = t;
+      }
+      return;
+    }
+    auto s = ws(r, 0);
+    for (index_t j = 1; j < chunks; ++j) s.merge(ws(r, j));
+    const T v = cross_entropy_loss(s, cols, terms);
+    loss(r) = v;
+    total.sum += double(v);
+    total.counted += 1;
+  }
+};
+
+template <class ExecSpace, class Workspace, class Targets, class LossView>
+LossTotal run_cross_entropy_loss(const ExecSpace& exec, const Workspace& ws, const Targets& targets,
+                                 const LossView& loss, index_t cols, std::int64_t ignore_index,
+                                 const LossTerms& terms, const std::string& label) {
+  LossTotal total = LossTotal::identity();
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(exec, 0, ws.extent(0)),
+                          CrossEntropyLoss<Workspace, Targets, LossView>{ws, targets, loss, index_t(ws.extent(1)),
+                                                                         cols, ignore_index, terms},
+                          MergeOf<LossTotal, Kokkos::HostSpace>(total));
+  return total;
+}
+
+}  // namespace kflash::impl

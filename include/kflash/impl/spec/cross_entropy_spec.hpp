@@ -1,0 +1,50 @@
+// Picks the schedule of cross-entropy's statistics phase: contiguous rows on a space whose traits
+// have host kernels go to the host schedule (host/host_loss.hpp), others to the portable kernel
+// (schedule/cross_entropy.hpp); the loss phase is portable.
+#pragma once
+
+#include <kflash/impl/host/host_loss.hpp>
+#include <kflash/impl/schedule/cross_entropy.hpp>
+#include <kflash/impl/workspace.hpp>
+
+#include <string>
+
+namespace kflash::impl {
+
+/// ws(r, c) = the LogitStats of chunk c of row r of x under `plan` (x's first column being column
+/// col0 of the vocabulary).
+template <class ExecSpace, class XRows, class Targets, class Workspace>
+void dispatch_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& targets, const Workspace& ws,
+                          RowPlan plan, index_t col0, const std::string& label) {
+  using Traits = ScheduleTraits<ExecSpace>;
+  if (plan.rows == 0) return;
+  if constexpr (Traits::host_kernels) {
+    if (x.unit_stride()) {
+      host::run_host_logit_stats(exec, x, targets, ws, plan, col0, label);
+      return;
+    }
+  }
+  plan.rows_per_item = 1;  // the portable kernel takes one row (or chunk) per team
+  run_logit_stats_kernel<Traits>(exec, x, targets, ws, plan, col0, label);
+}
+
+/// The cross-entropy of every row of logits x (rows, vocabulary) into loss: the statistics phase
+/// into a workspace, then the loss phase, whose totals it returns (after the kernels complete).
+template <class ExecSpace, class XView, class TargetsView, class LossView>
+LossTotal cross_entropy_rows(const ExecSpace& exec, const XView& x, const TargetsView& targets, const LossView& loss,
+                             std::int64_t ignore_index, const LossTerms& terms) {
+  using T = std::remove_cv_t<typename XView::value_type>;
+  using Traits = ScheduleTraits<ExecSpace>;
+  using memory_space = typename ExecSpace::memory_space;
+  using Workspace = Kokkos::View<LogitStats<T>**, memory_space, Kokkos::MemoryUnmanaged>;
+  const Rows<XView> rows{x};
+  const RowPlan plan = plan_rows<T, Traits>(exec, rows.rows(), rows.cols());
+  const std::string label = "kflash::cross_entropy";
+  const CachedWorkspace<memory_space> scratch(
+      exec, sizeof(LogitStats<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
+  const Workspace ws(scratch.template at<LogitStats<T>>(0), plan.rows, plan.chunks);
+  dispatch_logit_stats(exec, rows, targets, ws, plan, 0, label + " stats");
+  return run_cross_entropy_loss(exec, ws, targets, loss, plan.cols, ignore_index, terms, label + " loss");
+}
+
+}  // namespace kflash::impl
