@@ -85,18 +85,8 @@ class SoftmaxStream {
                                        ": expected (rows, w) with 0 <= col0 and col0 + w <= cols");
       columns_.add(col0, col0 + w, fn, "columns");
       if (w == 0 || rows() == 0) return;
-      using Traits = ScheduleTraits<ExecSpace>;
-      using Workspace = Kokkos::View<SoftmaxState<T>**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryUnmanaged>;
-      const RowPlan plan = plan_rows<T, Traits>(exec, rows(), w);
-      const CachedWorkspace<memory_space> scratch(exec, sizeof(SoftmaxState<T>) * std::size_t(plan.rows * plan.chunks),
-                                                  "kflash::SoftmaxStream workspace");
-      const Workspace ws(scratch.template at<SoftmaxState<T>>(0), plan.rows, plan.chunks);
-      const Rows<TileView> x{tile};
-      run_row_phase<RowOp::logsumexp>(exec, x, x, ws, plan, RowPhase::partial, "kflash::SoftmaxStream::update");
-      Kokkos::parallel_for("kflash::SoftmaxStream::update absorb", Kokkos::RangePolicy<ExecSpace>(exec, 0, plan.rows),
-                           AbsorbRowStates<states_type, Workspace>{states_, ws, plan.chunks});
+      absorb_row_states(exec, Rows<TileView>{tile}, states_, "kflash::SoftmaxStream::update");
       Kokkos::deep_copy(exec, Kokkos::subview(y_, Kokkos::ALL, Kokkos::make_pair(col0, col0 + w)), tile);
-      exec.fence();  // the workspace must outlive the kernels
     }
   }
 
@@ -183,9 +173,7 @@ class SoftmaxStream {
   /// Op's write phase over y, from each row's state, on plan.
   template <impl::RowOp Op, class OutRows>
   void write(const ExecSpace& exec, const OutRows& out, const impl::RowPlan& plan, const char* label) const {
-    using Workspace = Kokkos::View<SoftmaxState<T>**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryUnmanaged>;
-    const Workspace ws(states_.data(), states_.extent(0), 1);
-    impl::run_row_phase<Op>(exec, impl::Rows<values_type>{y_}, out, ws, plan, impl::RowPhase::write, label);
+    impl::write_from_states<Op>(exec, impl::Rows<values_type>{y_}, out, states_, plan, label);
   }
 
   values_type y_;

@@ -6,6 +6,7 @@
 
 #include <kflash/impl/host/host_rows.hpp>
 #include <kflash/impl/schedule/row_kernel.hpp>
+#include <kflash/impl/schedule/streams.hpp>
 #include <kflash/impl/schedule/team_rows.hpp>
 
 #include <string>
@@ -71,6 +72,35 @@ void run_row_phase(const ExecSpace& exec, const XRows& x, const YRows& y, const 
                        Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * per_row), Traits::row_team_size,
                                                      Traits::vector_length),
                        Kernel{x, y, ws, plan, phase, per_row});
+}
+
+/// states(r) absorbs the state of every column of row r of x (Rows), through the partial phase and
+/// a merge of its chunks' states (the streams' update, a rank's shard of a sharded row). Returns
+/// after the kernels complete (they use a cached workspace).
+template <class ExecSpace, class XRows, class States>
+void absorb_row_states(const ExecSpace& exec, const XRows& x, const States& states, const std::string& label) {
+  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using memory_space = typename ExecSpace::memory_space;
+  using Workspace = Kokkos::View<SoftmaxState<T>**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryUnmanaged>;
+  const RowPlan plan = plan_rows<T, ScheduleTraits<ExecSpace>>(exec, x.rows(), x.cols());
+  if (plan.rows == 0 || plan.cols == 0) return;
+  const CachedWorkspace<memory_space> scratch(exec, sizeof(SoftmaxState<T>) * std::size_t(plan.rows * plan.chunks),
+                                              label + " workspace");
+  const Workspace ws(scratch.template at<SoftmaxState<T>>(0), plan.rows, plan.chunks);
+  run_row_phase<RowOp::logsumexp>(exec, x, x, ws, plan, RowPhase::partial, label);
+  Kokkos::parallel_for(label + " absorb", Kokkos::RangePolicy<ExecSpace>(exec, 0, plan.rows),
+                       AbsorbRowStates<States, Workspace>{states, ws, plan.chunks});
+  exec.fence();  // the workspace must outlive the kernels
+}
+
+/// Op's write phase: out from x (Rows) and each row's finished state states(r), on plan.
+template <RowOp Op, class ExecSpace, class XRows, class OutRows, class States>
+void write_from_states(const ExecSpace& exec, const XRows& x, const OutRows& out, const States& states,
+                       const RowPlan& plan, const std::string& label) {
+  using State = typename States::value_type;
+  using Workspace = Kokkos::View<State**, Kokkos::LayoutRight, typename States::memory_space, Kokkos::MemoryUnmanaged>;
+  const Workspace ws(states.data(), states.extent(0), 1);
+  run_row_phase<Op>(exec, x, out, ws, plan, RowPhase::write, label);
 }
 
 }  // namespace kflash::impl
