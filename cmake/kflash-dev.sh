@@ -68,8 +68,10 @@ need_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# OpenMPI (libopenmpi-dev, openmpi-bin): the kflash::mpi component, its tests and kflash-mpi-bench.
 base_packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
-               libopenblas-dev nlohmann-json3-dev python3-matplotlib ca-certificates xz-utils)
+               libopenblas-dev nlohmann-json3-dev python3-matplotlib ca-certificates xz-utils
+               libopenmpi-dev openmpi-bin)
 
 # --- 2. Kokkos ----------------------------------------------------------------------------------
 # Asks CMake's find_package whether a Kokkos with the OpenMP backend is visible from the given root
