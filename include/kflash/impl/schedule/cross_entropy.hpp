@@ -8,7 +8,6 @@
 #include <kflash/impl/tile/logit_stats.hpp>
 
 #include <cstdint>
-#include <limits>
 
 namespace kflash::impl {
 
@@ -21,7 +20,7 @@ struct LossTotal {
   std::int64_t bad_target;
 
   KOKKOS_INLINE_FUNCTION static constexpr LossTotal identity() {
-    return LossTotal{0.0, 0, std::numeric_limits<index_t>::max(), 0};
+    return LossTotal{0.0, 0, index_t(0x7fffffffffffffffLL), 0};  // no bad row (the largest index_t)
   }
   KOKKOS_INLINE_FUNCTION void merge(const LossTotal& o) {
     sum += o.sum;
