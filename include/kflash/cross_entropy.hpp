@@ -55,6 +55,18 @@ void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, c
                                    " must be finite and >= 0");
 }
 
+/// Throws unless the loss phase whose totals are `total`, over `rows` rows of a vocabulary of `vocab`
+/// classes (`vocab_is` says where that size comes from), found every target in range or ignored.
+inline void require_targets_in(const LossTotal& total, index_t rows, index_t vocab, const std::string& vocab_is,
+                               std::int64_t ignore_index) {
+  if (total.bad_row >= rows) return;
+  throw_invalid_argument("cross_entropy", "targets(" + std::to_string(total.bad_row) + ") = " +
+                                              std::to_string(total.bad_target) + " is outside [0, " +
+                                              std::to_string(vocab) + ") (the vocabulary: " + vocab_is +
+                                              ") and is not ignore_index (" + std::to_string(ignore_index) +
+                                              "); its loss is NaN");
+}
+
 /// Runs the loss over the rows, then refuses a target outside the vocabulary (after the kernels:
 /// every other row's loss is written, that row's is NaN). Returns the totals.
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
@@ -66,12 +78,8 @@ LossTotal cross_entropy_checked(const ExecSpace& exec, const LogitsView& logits,
     total = cross_entropy_rows(exec, logits, targets, loss, options.ignore_index,
                                LossTerms{options.label_smoothing, options.z_loss});
   }
-  if (total.bad_row < index_t(logits.extent(0)))
-    throw_invalid_argument("cross_entropy", "targets(" + std::to_string(total.bad_row) + ") = " +
-                                                std::to_string(total.bad_target) + " is outside [0, " +
-                                                std::to_string(logits.extent(1)) + ") (the vocabulary: '" +
-                                                describe("logits", logits) + "' extent 1) and is not ignore_index (" +
-                                                std::to_string(options.ignore_index) + "); its loss is NaN");
+  require_targets_in(total, index_t(logits.extent(0)), index_t(logits.extent(1)),
+                     "'" + describe("logits", logits) + "' extent 1", options.ignore_index);
   return total;
 }
 
