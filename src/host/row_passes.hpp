@@ -84,6 +84,7 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
   constexpr index_t line = 64 / sizeof(T);
   const index_t b = e + HostTraits::tile;
   const index_t end = b + HostTraits::tile < n ? b + HostTraits::tile : n;
+  _Pragma("GCC unroll 8")
   for (index_t i = b; i < end; i += line) __builtin_prefetch(x + i);
 #else
   (void)x, (void)e, (void)n;

@@ -28,7 +28,6 @@ struct ExpConstants<float> {
   static constexpr float lowest = -87.33654f;           // below: the result is subnormal; flushed to 0
   static constexpr int mantissa_bits = 23;
   static constexpr bits_type exponent_bias = 127;
-  static constexpr int degree = 7;
 };
 
 template <>
@@ -42,7 +41,6 @@ struct ExpConstants<double> {
   static constexpr double lowest = -708.3964185322641;
   static constexpr int mantissa_bits = 52;
   static constexpr bits_type exponent_bias = 1023;
-  static constexpr int degree = 12;
 };
 
 /// 1 / n! rounded to T (computed in long double at compile time).
@@ -64,6 +62,26 @@ KOKKOS_INLINE_FUNCTION T taylor_exp(T r) {
   }
 }
 
+/// p = exp(r) for |r| <= ln2 / 2 (and up to 0.5 at the top of exp_nonpositive's range) by Horner's
+/// rule, one multiply-add per degree. fp32: a degree-6 polynomial fitted to exp's relative error
+/// (0.3 ulp with its coefficients rounded to fp32, where a Taylor polynomial needs degree 7; its
+/// constant term is 1, so exp(0) is 1). fp64: the Taylor polynomial of degree 12. U is T or, for
+/// fp32, a vector of T (the host kernels' vector exp; by reference, as vectors passed by value
+/// change the ABI per instruction set).
+template <class T, class U>
+KOKKOS_INLINE_FUNCTION void exp_polynomial(const U& r, U& p) {
+  if constexpr (std::is_same_v<T, float>) {
+    p = r * 0x1.6ae726p-10f + 0x1.126782p-7f;
+    p = p * r + 0x1.555822p-5f;
+    p = p * r + 0x1.55541ap-3f;
+    p = p * r + 0x1.fffffcp-2f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+  } else {
+    p = taylor_exp<T, 12>(r);
+  }
+}
+
 template <class To, class From>
 KOKKOS_INLINE_FUNCTION To bits_as(From from) {
   static_assert(sizeof(To) == sizeof(From), "kflash: bit cast between types of different sizes");
@@ -73,10 +91,10 @@ KOKKOS_INLINE_FUNCTION To bits_as(From from) {
 }
 
 /// exp(x) within 2 ulp for x in [lowest, 0.5]; exactly 0 below (-inf included); NaN for NaN.
-/// x = k ln2 + r with |r| <= ln2 / 2 (Cody-Waite), exp(r) by its Taylor polynomial (the remainder
-/// is below half an ulp at the degrees chosen), times 2^k built in the exponent bits. Arguments
-/// below `lowest` go through the same arithmetic (their intermediate values are meaningless, and
-/// the integer part is unsigned, so nothing overflows) and are masked to 0 at the end.
+/// x = k ln2 + r with |r| <= ln2 / 2 (Cody-Waite), exp(r) by exp_polynomial, times 2^k built in
+/// the exponent bits. Arguments below `lowest` go through the same arithmetic (their intermediate
+/// values are meaningless, and the integer part is unsigned, so nothing overflows) and are masked
+/// to 0 at the end.
 /// Written so that loops calling it vectorise: the select is an integer mask on the bits (an
 /// ordered floating-point comparison may trap on NaN, and compilers then keep a branch).
 template <class T>
@@ -94,7 +112,8 @@ KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   const T k = t - C::round_magic;
   const ubits_type kbits = ubits_type(bits_as<bits_type>(t)) - ubits_type(C::magic_bits);  // k mod 2^n
   const T r = (x - k * C::ln2_hi) - k * C::ln2_lo;
-  const T p = taylor_exp<T, C::degree>(r);
+  T p;
+  exp_polynomial<T>(r, p);
   const T scale = bits_as<T>(ubits_type((kbits + ubits_type(C::exponent_bias)) << C::mantissa_bits));
   return bits_as<T>(bits_as<bits_type>(p * scale) & ~under);
 }
