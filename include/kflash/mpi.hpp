@@ -79,6 +79,28 @@ void sharded_rows(const ExecSpace& exec, MPI_Comm comm, const XView& x, const YV
   }
 }
 
+/// A fingerprint of targets: the sum over rows of a 64-bit mix of the row and its target, so that
+/// ranks whose targets differ anywhere get different fingerprints (but for a 2^-64 chance), for one
+/// pass over the rows.
+template <class ExecSpace, class TargetsView>
+std::int64_t targets_fingerprint(const ExecSpace& exec, const TargetsView& targets) {
+  std::uint64_t sum = 0;
+  if constexpr (kflash::impl::view_rank<TargetsView> == 1) {
+    Kokkos::parallel_reduce(
+        "kflash::mpi::cross_entropy targets", Kokkos::RangePolicy<ExecSpace>(exec, 0, targets.extent(0)),
+        KOKKOS_LAMBDA(const std::size_t r, std::uint64_t& acc) {
+          std::uint64_t z = std::uint64_t(r) * 0x9E3779B97F4A7C15ull + std::uint64_t(std::int64_t(targets(r)));
+          z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
+          z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+          acc += z ^ (z >> 31);
+        },
+        sum);
+  }
+  std::int64_t bits;
+  std::memcpy(&bits, &sum, sizeof bits);
+  return bits;
+}
+
 /// kflash::mpi::cross_entropy's work; returns the totals.
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
 kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm, const LogitsView& logits,
@@ -89,7 +111,7 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
   std::int64_t smoothing_bits, z_bits;
   std::memcpy(&smoothing_bits, &options.label_smoothing, 8);
   std::memcpy(&z_bits, &options.z_loss, 8);
-  std::vector<std::int64_t> mine{0, 0, options.ignore_index, smoothing_bits, z_bits};
+  std::vector<std::int64_t> mine{0, 0, options.ignore_index, smoothing_bits, z_bits, targets_fingerprint(exec, targets)};
   if constexpr (view_rank<LogitsView> == 2) mine[0] = std::int64_t(logits.extent(0)), mine[1] = std::int64_t(logits.extent(1));
   const auto ranks = agree(comm, mine, fn, [&] {
     check_cross_entropy<ExecSpace>(logits, targets, loss, options);
@@ -97,6 +119,7 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
       throw_invalid_argument(fn, "'" + describe("logits", logits) + "' has more rows than one MPI call carries (INT_MAX)");
   });
   require_same(ranks, {0, 2, 3, 4}, fn, "the rows of logits and the options");
+  require_same(ranks, {5}, fn, "targets (their fingerprint, the last value)");
   LossTotal total = LossTotal::identity();
   if constexpr (view_rank<LogitsView> == 2 && view_rank<TargetsView> == 1 && view_rank<LossView> == 1) {
     using T = std::remove_cv_t<typename LogitsView::value_type>;
@@ -191,9 +214,10 @@ void logsumexp(const ExecSpace& exec, MPI_Comm comm, const XView& x, const OutVi
 
 /// Vocabulary-parallel cross-entropy: logits (rows, local vocabulary) hold this rank's classes of
 /// every row, sharded as for softmax; targets (rows) are classes of the whole vocabulary and the same
-/// on every rank; loss (rows) is the whole rows' loss on every rank, with kflash::cross_entropy's
-/// options and rules (a target outside the whole vocabulary throws on every rank). One
-/// MPI_Allreduce carries each row's statistics: its (m, l), its logits' sum and its target's logit.
+/// on every rank (their fingerprints are compared: targets that differ throw on every rank); loss
+/// (rows) is the whole rows' loss on every rank, with kflash::cross_entropy's options and rules (a
+/// target outside the whole vocabulary throws on every rank). One MPI_Allreduce carries each row's
+/// statistics: its (m, l), its logits' sum and its target's logit.
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
 void cross_entropy(const ExecSpace& exec, MPI_Comm comm, const LogitsView& logits, const TargetsView& targets,
                    const LossView& loss, const CrossEntropyOptions& options = {}) {

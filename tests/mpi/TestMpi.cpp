@@ -228,6 +228,13 @@ TEST(MpiErrors, ShapesThatDisagreeRaiseOnEveryRank) {
   Kokkos::View<float**, Mem> a("a", 4, 10), b("b", 4, first ? 9 : 10);
   expect_invalid_everywhere([&] { kflash::mpi::log_softmax(Exec(), MPI_COMM_WORLD, a, b); },
                             first ? "must have the shape of" : "rank 0 refused its arguments");
+  // Targets that differ between ranks in one row (each rank holds every row's target).
+  Kokkos::View<float**, Mem> logits("logits", 4, 10);
+  Kokkos::View<int*, Mem> targets("targets", 4);
+  Kokkos::View<float*, Mem> loss("loss", 4);
+  if (comm_rank() == comm_size() - 1) Kokkos::deep_copy(Kokkos::subview(targets, 3), 7);
+  expect_invalid_everywhere([&] { kflash::mpi::cross_entropy(Exec(), MPI_COMM_WORLD, logits, targets, loss); },
+                            "targets (their fingerprint, the last value) must agree on every rank");
   // Ring attention with a head dimension that differs between ranks.
   const std::size_t d = first ? 16 : 8;
   Kokkos::View<float****, Mem> q("q", 1, 2, 8, d), k("k", 1, 2, 8, d), v("v", 1, 2, 8, 8), o("o", 1, 2, 8, 8);
