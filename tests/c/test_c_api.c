@@ -1,0 +1,145 @@
+/* The C interface from C99: softmax, log_softmax and logsumexp against a naive long-double
+ * reference, in place and with padded rows, and the errors (before kflash_initialize, null pointers,
+ * strides, memory kinds), each leaving its output untouched. Exits non-zero on any failure. */
+#include <kflash/kflash.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                     \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      ++failures;                                            \
+      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fprintf(stderr, "\n");                                 \
+    }                                                        \
+  } while (0)
+
+static unsigned long long state = 88172645463325252ULL;
+static double uniform(double lo, double hi) { /* xorshift64 */
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
+}
+
+/* The reference of one row: its maximum and log(sum exp(x - max)), in long double. */
+static void reference_row(const double* x, long n, long double* m, long double* log_l) {
+  long double mx = -INFINITY, l = 0;
+  for (long i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  for (long i = 0; i < n; ++i) l += expl((long double)x[i] - mx);
+  *m = mx;
+  *log_l = logl(l);
+}
+
+/* softmax (and logsumexp) of 1000 rows x 4096 floats with padded rows (stride 4100), against the
+ * tolerances of the C++ tests: probability p within 16 eps (1 + |x - max|) p (exp's argument x - max
+ * is rounded), logsumexp within 1e-6 + 2 eps of its magnitude; the padding untouched. */
+static void softmax_f32(void) {
+  const long rows = 1000, cols = 4096, ld = 4100;
+  float* x = malloc(sizeof(float) * rows * ld);
+  float* y = malloc(sizeof(float) * rows * ld);
+  float* lse = malloc(sizeof(float) * rows);
+  double* row = malloc(sizeof(double) * cols);
+  for (long i = 0; i < rows * ld; ++i) x[i] = (float)uniform(-20, 20), y[i] = -7.0f;
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, rows, cols, x, ld, y, ld) == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(kflash_logsumexp_f32(KFLASH_MEMORY_HOST, rows, cols, x, ld, lse) == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(strcmp(kflash_last_error(), "") == 0, "a successful call leaves no message: %s", kflash_last_error());
+  double worst = 0, worst_lse = 0;
+  int padding_kept = 1;
+  for (long r = 0; r < rows; ++r) {
+    long double m, log_l;
+    for (long c = 0; c < cols; ++c) row[c] = x[r * ld + c];
+    reference_row(row, cols, &m, &log_l);
+    for (long c = 0; c < cols; ++c) {
+      const long double ref = expl((long double)row[c] - m - log_l);
+      const double err = (double)(fabsl(y[r * ld + c] - ref) / (ref * (1 + fabsl((long double)row[c] - m))));
+      worst = err > worst ? err : worst;
+    }
+    for (long c = cols; c < ld; ++c) padding_kept = padding_kept && y[r * ld + c] == -7.0f;
+    const double e = (double)(fabsl(lse[r] - (m + log_l)) / (1e-6L + 2 * 1.1920929e-7L * fabsl(m + log_l)));
+    worst_lse = e > worst_lse ? e : worst_lse;
+  }
+  CHECK(worst <= 16 * 1.1920929e-7, "worst error of softmax over its tolerance's scale %g", worst);
+  CHECK(worst_lse <= 1, "worst error of logsumexp over its tolerance %g", worst_lse);
+  CHECK(padding_kept, "the padding between rows was written");
+  free(x), free(y), free(lse), free(row);
+}
+
+/* log_softmax in place on fp64 rows of 777: within 1e-13 of the reference (absolute over |ref| + 1). */
+static void log_softmax_f64_in_place(void) {
+  const long rows = 33, cols = 777;
+  double* x = malloc(sizeof(double) * rows * cols);
+  double* ref = malloc(sizeof(double) * rows * cols);
+  double* lse = malloc(sizeof(double) * rows);
+  for (long i = 0; i < rows * cols; ++i) x[i] = uniform(-300, 300);
+  for (long r = 0; r < rows; ++r) {
+    long double m, log_l;
+    reference_row(x + r * cols, cols, &m, &log_l);
+    for (long c = 0; c < cols; ++c) ref[r * cols + c] = (double)((long double)x[r * cols + c] - m - log_l);
+  }
+  CHECK(kflash_logsumexp_f64(KFLASH_MEMORY_HOST, rows, cols, x, cols, lse) == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(kflash_log_softmax_f64(KFLASH_MEMORY_HOST, rows, cols, x, cols, x, cols) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0;
+  for (long i = 0; i < rows * cols; ++i) {
+    const double err = fabs(x[i] - ref[i]) / (fabs(ref[i]) + 1);
+    worst = err > worst ? err : worst;
+  }
+  CHECK(worst <= 1e-13, "worst error of log_softmax in place %g", worst);
+  free(x), free(ref), free(lse);
+}
+
+/* Each bad call returns its status, names the argument in its message and writes nothing. */
+static void errors(void) {
+  float x[12] = {0}, y[12];
+  for (int i = 0; i < 12; ++i) y[i] = 5.0f;
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 3, 4, NULL, 4, y, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "null x");
+  CHECK(strstr(kflash_last_error(), "x is NULL (rows = 3, cols = 4)") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_log_softmax_f32(KFLASH_MEMORY_HOST, 3, 4, x, 4, NULL, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "null y");
+  CHECK(strstr(kflash_last_error(), "y is NULL") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_logsumexp_f32(KFLASH_MEMORY_HOST, 3, 4, x, 4, NULL) == KFLASH_ERROR_INVALID_ARGUMENT, "null out");
+  CHECK(strstr(kflash_last_error(), "out is NULL") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 3, 4, x, 3, y, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "short stride");
+  CHECK(strstr(kflash_last_error(), "kflash_softmax_f32: x_row_stride = 3 is less than cols (rows = 3, cols = 4)") != NULL,
+        "%s", kflash_last_error());
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, -1, 4, x, 4, y, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "negative rows");
+  CHECK(strstr(kflash_last_error(), "negative extents (rows = -1, cols = 4)") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_softmax_f32((kflash_memory)7, 3, 4, x, 4, y, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "memory kind");
+  CHECK(strstr(kflash_last_error(), "memory = 7") != NULL, "%s", kflash_last_error());
+  if (!kflash_has_device()) {
+    CHECK(kflash_softmax_f32(KFLASH_MEMORY_DEVICE, 3, 4, x, 4, y, 4) == KFLASH_ERROR_UNSUPPORTED, "device memory");
+    CHECK(strstr(kflash_last_error(), "without a device backend") != NULL, "%s", kflash_last_error());
+  }
+  int untouched = 1;
+  for (int i = 0; i < 12; ++i) untouched = untouched && y[i] == 5.0f;
+  CHECK(untouched, "a failed call wrote its output");
+  /* Empty calls succeed; an empty row's logsumexp is -inf. */
+  float lse[2] = {0, 0};
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 0, 4, NULL, 4, NULL, 4) == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(kflash_logsumexp_f32(KFLASH_MEMORY_HOST, 2, 0, NULL, 0, lse) == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(isinf(lse[0]) && lse[0] < 0 && isinf(lse[1]) && lse[1] < 0, "empty rows: %g %g", lse[0], lse[1]);
+}
+
+int main(void) {
+  float x[4] = {1, 2, 3, 4}, y[4];
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 1, 4, x, 4, y, 4) == KFLASH_ERROR_NOT_INITIALIZED, "before initialize");
+  CHECK(strstr(kflash_last_error(), "kflash_initialize") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_initialize() == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(kflash_initialize() == KFLASH_SUCCESS, "a second initialize: %s", kflash_last_error());
+  CHECK(strlen(kflash_version()) > 0 && strlen(kflash_backends()) > 0, "version and backends");
+  printf("kflash %s, backends %s\n", kflash_version(), kflash_backends());
+  softmax_f32();
+  log_softmax_f64_in_place();
+  errors();
+  CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
+  CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 1, 4, x, 4, y, 4) == KFLASH_ERROR_NOT_INITIALIZED, "after finalize");
+  if (failures) fprintf(stderr, "%d failures\n", failures);
+  else printf("all checks passed\n");
+  return failures ? 1 : 0;
+}
