@@ -66,20 +66,25 @@ void check_extents(const char* function, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "negative extents (" + extents(rows, cols) + ")");
 }
 
-/// Calls f(exec, view maker) on the execution space of `memory`.
+/// A memory kind this build can run on (checked first, so that empty calls refuse it too).
+void check_memory(const char* function, kflash_memory memory) {
+  if (memory != KFLASH_MEMORY_HOST && memory != KFLASH_MEMORY_DEVICE)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "memory = " + std::to_string(int(memory)) + " is not a kflash_memory");
+  if (memory == KFLASH_MEMORY_DEVICE && !KFLASH_HAS_CUDA)
+    fail(KFLASH_ERROR_UNSUPPORTED, function, "device memory, but kflash was built without a device backend");
+}
+
+/// Calls f(exec) on the execution space of `memory` (a kind check_memory accepted).
 template <class F>
-void on_memory(const char* function, kflash_memory memory, F&& f) {
-  if (memory == KFLASH_MEMORY_HOST) {
-    f(Kokkos::DefaultHostExecutionSpace());
+void on_memory(kflash_memory memory, F&& f) {
+#if KFLASH_HAS_CUDA
+  if (memory == KFLASH_MEMORY_DEVICE) {
+    f(Kokkos::DefaultExecutionSpace());
     return;
   }
-  if (memory != KFLASH_MEMORY_DEVICE)
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "memory = " + std::to_string(int(memory)) + " is not a kflash_memory");
-#if KFLASH_HAS_CUDA
-  f(Kokkos::DefaultExecutionSpace());
-#else
-  fail(KFLASH_ERROR_UNSUPPORTED, function, "device memory, but kflash was built without a device backend");
 #endif
+  (void)memory;
+  f(Kokkos::DefaultHostExecutionSpace());
 }
 
 /// An unmanaged (rows, cols) View of p with the given row stride in `Exec`'s memory.
@@ -94,6 +99,7 @@ template <kflash::impl::RowOp Op, class T>
 kflash_status row_call(const char* function, kflash_memory memory, std::int64_t rows, std::int64_t cols, const T* x,
                        std::int64_t x_row_stride, T* y, std::int64_t y_row_stride) {
   return guarded(function, [&] {
+    check_memory(function, memory);
     check_extents(function, rows, cols);
     check_rows(function, "x", x, rows, cols, x_row_stride);
     if constexpr (Op == kflash::impl::RowOp::logsumexp) {
@@ -102,7 +108,7 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
       check_rows(function, "y", y, rows, cols, y_row_stride);
     }
     if (rows == 0 || (cols == 0 && Op != kflash::impl::RowOp::logsumexp)) return;
-    on_memory(function, memory, [&](const auto& exec) {
+    on_memory(memory, [&](const auto& exec) {
       using Exec = std::decay_t<decltype(exec)>;
       const auto xv = rows_view<Exec>(x, rows, cols, x_row_stride);
       if constexpr (Op == kflash::impl::RowOp::logsumexp) {

@@ -116,6 +116,8 @@ static void errors(void) {
     CHECK(kflash_softmax_f32(KFLASH_MEMORY_DEVICE, 3, 4, x, 4, y, 4) == KFLASH_ERROR_UNSUPPORTED, "device memory");
     CHECK(strstr(kflash_last_error(), "without a device backend") != NULL, "%s", kflash_last_error());
   }
+  /* The memory kind is checked before anything else, also in empty calls. */
+  CHECK(kflash_softmax_f32((kflash_memory)7, 0, 4, NULL, 4, NULL, 4) == KFLASH_ERROR_INVALID_ARGUMENT, "empty call");
   int untouched = 1;
   for (int i = 0; i < 12; ++i) untouched = untouched && y[i] == 5.0f;
   CHECK(untouched, "a failed call wrote its output");

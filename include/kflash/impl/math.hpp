@@ -62,23 +62,21 @@ KOKKOS_INLINE_FUNCTION T taylor_exp(T r) {
   }
 }
 
-/// p = exp(r) for |r| <= ln2 / 2 (and up to 0.5 at the top of exp_nonpositive's range) by Horner's
+/// exp(r) for |r| <= ln2 / 2 (and up to 0.5 at the top of exp_nonpositive's range) by Horner's
 /// rule, one multiply-add per degree. fp32: a degree-6 polynomial fitted to exp's relative error
 /// (0.3 ulp with its coefficients rounded to fp32, where a Taylor polynomial needs degree 7; its
-/// constant term is 1, so exp(0) is 1). fp64: the Taylor polynomial of degree 12. U is T or, for
-/// fp32, a vector of T (the host kernels' vector exp; by reference, as vectors passed by value
-/// change the ABI per instruction set).
-template <class T, class U>
-KOKKOS_INLINE_FUNCTION void exp_polynomial(const U& r, U& p) {
+/// constant term is 1, so exp(0) is 1). fp64: the Taylor polynomial of degree 12.
+template <class T>
+KOKKOS_INLINE_FUNCTION T exp_polynomial(T r) {
   if constexpr (std::is_same_v<T, float>) {
-    p = r * 0x1.6ae726p-10f + 0x1.126782p-7f;
+    T p = r * 0x1.6ae726p-10f + 0x1.126782p-7f;
     p = p * r + 0x1.555822p-5f;
     p = p * r + 0x1.55541ap-3f;
     p = p * r + 0x1.fffffcp-2f;
     p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    return p * r + 1.0f;
   } else {
-    p = taylor_exp<T, 12>(r);
+    return taylor_exp<T, 12>(r);
   }
 }
 
@@ -112,8 +110,7 @@ KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   const T k = t - C::round_magic;
   const ubits_type kbits = ubits_type(bits_as<bits_type>(t)) - ubits_type(C::magic_bits);  // k mod 2^n
   const T r = (x - k * C::ln2_hi) - k * C::ln2_lo;
-  T p;
-  exp_polynomial<T>(r, p);
+  const T p = exp_polynomial(r);
   const T scale = bits_as<T>(ubits_type((kbits + ubits_type(C::exponent_bias)) << C::mantissa_bits));
   return bits_as<T>(bits_as<bits_type>(p * scale) & ~under);
 }
