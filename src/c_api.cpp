@@ -4,6 +4,8 @@
 #include <kflash/kflash.h>
 #include <kflash/kflash.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -125,6 +127,221 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
   });
 }
 
+// ---- Attention: kflash_array descriptors become unmanaged LayoutStride Views ----
+
+const char* dtype_name(int dtype) {
+  switch (dtype) {
+    case KFLASH_FLOAT32: return "float32";
+    case KFLASH_FLOAT64: return "float64";
+    case KFLASH_BOOL: return "bool";
+    case KFLASH_INT32: return "int32";
+    case KFLASH_INT64: return "int64";
+    default: return "not a kflash_dtype";
+  }
+}
+
+template <class T>
+constexpr kflash_dtype dtype_of() {
+  if constexpr (std::is_same<T, float>::value) return KFLASH_FLOAT32;
+  else if constexpr (std::is_same<T, double>::value) return KFLASH_FLOAT64;
+  else if constexpr (std::is_same<T, bool>::value) return KFLASH_BOOL;
+  else if constexpr (std::is_same<T, std::int32_t>::value) return KFLASH_INT32;
+  else return KFLASH_INT64;
+}
+
+/// "name (e0, e1, ...) dtype".
+std::string describe(const char* name, const kflash_array& a) {
+  std::string s = std::string(name) + " (";
+  for (int d = 0; d < a.rank && d < KFLASH_MAX_RANK; ++d) s += (d ? ", " : "") + std::to_string(a.extent[d]);
+  return s + ") " + dtype_name(a.dtype);
+}
+
+/// The checks every present array passes: a known dtype, a rank of 1 to KFLASH_MAX_RANK, extents
+/// and strides >= 0, and data when it holds elements.
+void check_array(const char* function, const char* name, const kflash_array& a) {
+  if (a.dtype < KFLASH_FLOAT32 || a.dtype > KFLASH_INT64)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".dtype = " + std::to_string(int(a.dtype)) +
+                                                      " is not a kflash_dtype");
+  if (a.rank < 1 || a.rank > KFLASH_MAX_RANK)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".rank = " + std::to_string(a.rank) +
+                                                      " is not in [1, " + std::to_string(KFLASH_MAX_RANK) + "]");
+  std::int64_t count = 1;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.extent[d] < 0 || a.stride[d] < 0)
+      fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has a negative extent or stride");
+    count *= a.extent[d];
+  }
+  if (a.data == nullptr && count > 0)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has elements but its data is NULL");
+}
+
+/// A required array: not NULL, of one of the ranks the call takes and of dtype T.
+template <class T>
+const kflash_array& required(const char* function, const char* name, const kflash_array* a, int rank) {
+  if (a == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
+  check_array(function, name, *a);
+  if (a->dtype != dtype_of<T>())
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *a) + " must have the dtype of the first array, " +
+                                                      dtype_name(dtype_of<T>()));
+  if (a->rank != rank)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *a) + " must have rank " + std::to_string(rank));
+  return *a;
+}
+
+template <class T, int R>
+struct ArrayOf {
+  using type = typename ArrayOf<T, R - 1>::type*;
+};
+template <class T>
+struct ArrayOf<T, 0> {
+  using type = T;
+};
+
+/// The unmanaged View of rank R over a (checked) array, in Exec's memory.
+template <class Exec, class T, int R>
+auto strided_view(const kflash_array& a) {
+  using View = Kokkos::View<typename ArrayOf<T, R>::type, Kokkos::LayoutStride, typename Exec::memory_space,
+                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Kokkos::LayoutStride layout;
+  bool contiguous = true;
+  for (int d = 0; d < R; ++d) contiguous = contiguous && a.stride[d] == 0;
+  std::int64_t next = 1;  // row-major strides of a contiguous array
+  for (int d = R - 1; d >= 0; --d) {
+    layout.dimension[d] = std::size_t(a.extent[d]);
+    layout.stride[d] = std::size_t(contiguous ? next : a.stride[d]);
+    next *= a.extent[d] > 0 ? a.extent[d] : 1;
+  }
+  return View(static_cast<T*>(a.data), layout);
+}
+
+template <class Exec, class T>
+kflash::OptionView option_of_rank(const kflash_array& a) {
+  switch (a.rank) {
+    case 1: return strided_view<Exec, const T, 1>(a);
+    case 2: return strided_view<Exec, const T, 2>(a);
+    case 3: return strided_view<Exec, const T, 3>(a);
+    default: return strided_view<Exec, const T, 4>(a);
+  }
+}
+
+/// An option array as an OptionView (empty when its data is NULL); the C++ call checks its dtype
+/// and shape against the call's.
+template <class Exec>
+kflash::OptionView option_view(const char* function, const char* name, const kflash_array& a) {
+  if (a.data == nullptr) return {};
+  check_array(function, name, a);
+  if (a.rank > 4)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + ": options have rank 4 at most");
+  switch (a.dtype) {
+    case KFLASH_FLOAT32: return option_of_rank<Exec, float>(a);
+    case KFLASH_FLOAT64: return option_of_rank<Exec, double>(a);
+    case KFLASH_BOOL: return option_of_rank<Exec, bool>(a);
+    case KFLASH_INT32: return option_of_rank<Exec, std::int32_t>(a);
+    default: return option_of_rank<Exec, std::int64_t>(a);
+  }
+}
+
+/// The caller's options (the fields its struct_size covers; later fields keep their defaults).
+kflash_attention_options known_options(const char* function, const kflash_attention_options* given) {
+  kflash_attention_options o;
+  kflash_attention_options_init(&o);
+  if (given == nullptr) return o;
+  if (given->struct_size < sizeof(std::size_t) + sizeof(double))
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         "options->struct_size = " + std::to_string(given->struct_size) +
+             ": set the options up with kflash_attention_options_init");
+  std::memcpy(static_cast<void*>(&o), given, std::min(given->struct_size, sizeof(o)));
+  o.struct_size = sizeof(o);
+  return o;
+}
+
+template <class Exec>
+kflash::AttentionOptions cxx_options(const char* function, const kflash_attention_options& c) {
+  kflash::AttentionOptions o;
+  o.scale = c.scale;
+  o.causal = c.causal != 0;
+  o.window_left = c.window_left, o.window_right = c.window_right;
+  o.softcap = c.softcap;
+  o.alibi_slopes = option_view<Exec>(function, "options->alibi_slopes", c.alibi_slopes);
+  o.sinks = option_view<Exec>(function, "options->sinks", c.sinks);
+  o.bias = option_view<Exec>(function, "options->bias", c.bias);
+  o.mask = option_view<Exec>(function, "options->mask", c.mask);
+  o.cu_seqlens_q = option_view<Exec>(function, "options->cu_seqlens_q", c.cu_seqlens_q);
+  o.cu_seqlens_k = option_view<Exec>(function, "options->cu_seqlens_k", c.cu_seqlens_k);
+  o.block_table = option_view<Exec>(function, "options->block_table", c.block_table);
+  o.cache_seqlens = option_view<Exec>(function, "options->cache_seqlens", c.cache_seqlens);
+  switch (c.schedule) {
+    case KFLASH_SCHEDULE_AUTOMATIC: o.schedule = kflash::AttentionSchedule::automatic; break;
+    case KFLASH_SCHEDULE_PREFILL: o.schedule = kflash::AttentionSchedule::prefill; break;
+    case KFLASH_SCHEDULE_SPLIT_KV: o.schedule = kflash::AttentionSchedule::split_kv; break;
+    default:
+      fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+           "options->schedule = " + std::to_string(int(c.schedule)) + " is not a kflash_schedule");
+  }
+  o.num_splits = c.num_splits;
+  return o;
+}
+
+/// attention() with q, k, v, o of rank R (4 dense or paged, 3 varlen) and lse of rank R - 1.
+template <class T, int R>
+void attention_call(const char* function, kflash_memory memory, const kflash_array& q, const kflash_array* k,
+                    const kflash_array* v, const kflash_array* o, const kflash_array* lse,
+                    const kflash_attention_options& options) {
+  const kflash_array& kk = required<T>(function, "k", k, R);
+  const kflash_array& vv = required<T>(function, "v", v, R);
+  const kflash_array& oo = required<T>(function, "o", o, R);
+  const bool has_lse = lse != nullptr && lse->data != nullptr;
+  if (has_lse) required<T>(function, "lse", lse, R - 1);
+  on_memory(memory, [&](const auto& exec) {
+    using Exec = std::decay_t<decltype(exec)>;
+    const kflash::AttentionOptions opt = cxx_options<Exec>(function, options);
+    const auto qv = strided_view<Exec, const T, R>(q);
+    const auto kv = strided_view<Exec, const T, R>(kk);
+    const auto vv_ = strided_view<Exec, const T, R>(vv);
+    const auto ov = strided_view<Exec, T, R>(oo);
+    if (has_lse) kflash::attention(exec, qv, kv, vv_, ov, opt, strided_view<Exec, T, R - 1>(*lse));
+    else kflash::attention(exec, qv, kv, vv_, ov, opt);
+    exec.fence();
+  });
+}
+
+template <class T>
+void attention_typed(const char* function, kflash_memory memory, const kflash_array* q, const kflash_array* k,
+                     const kflash_array* v, const kflash_array* o, const kflash_array* lse,
+                     const kflash_attention_options& options) {
+  if (q->rank == 4) attention_call<T, 4>(function, memory, *q, k, v, o, lse, options);
+  else if (q->rank == 3) attention_call<T, 3>(function, memory, *q, k, v, o, lse, options);
+  else
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         describe("q", *q) + " must have rank 4 (B, Hq, Nq, D), or 3 (total_q, Hq, D) with varlen options");
+}
+
+template <class T>
+void merge_typed(const char* function, kflash_memory memory, const kflash_array* o_parts,
+                 const kflash_array* lse_parts, const kflash_array* o, const kflash_array* lse) {
+  const kflash_array& op = required<T>(function, "o_parts", o_parts, 5);
+  const kflash_array& lp = required<T>(function, "lse_parts", lse_parts, 4);
+  const kflash_array& ov = required<T>(function, "o", o, 4);
+  const kflash_array& lv = required<T>(function, "lse", lse, 3);
+  on_memory(memory, [&](const auto& exec) {
+    using Exec = std::decay_t<decltype(exec)>;
+    kflash::merge_attention(exec, strided_view<Exec, const T, 5>(op), strided_view<Exec, const T, 4>(lp),
+                            strided_view<Exec, T, 4>(ov), strided_view<Exec, T, 3>(lv));
+    exec.fence();
+  });
+}
+
+/// The floating type of a call's first array: calls f.template operator()<T>().
+template <class F>
+void on_float_type(const char* function, const char* name, const kflash_array* first, F&& f) {
+  if (first == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
+  check_array(function, name, *first);
+  if (first->dtype == KFLASH_FLOAT32) f(float());
+  else if (first->dtype == KFLASH_FLOAT64) f(double());
+  else
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
+}
+
 }  // namespace
 
 extern "C" {
@@ -180,5 +397,35 @@ int kflash_has_device(void) { return KFLASH_HAS_CUDA; }
 KFLASH_IMPL_ROW_CALLS(f32, float)
 KFLASH_IMPL_ROW_CALLS(f64, double)
 #undef KFLASH_IMPL_ROW_CALLS
+
+void kflash_attention_options_init(kflash_attention_options* options) {
+  if (options == nullptr) return;
+  *options = kflash_attention_options{};
+  options->struct_size = sizeof(kflash_attention_options);
+  options->window_left = options->window_right = -1;
+  options->schedule = KFLASH_SCHEDULE_AUTOMATIC;
+}
+
+kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, const kflash_array* k,
+                               const kflash_array* v, const kflash_array* o, const kflash_array* lse,
+                               const kflash_attention_options* options) {
+  const char* fn = "kflash_attention";
+  return guarded(fn, [&] {
+    check_memory(fn, memory);
+    const kflash_attention_options known = known_options(fn, options);
+    on_float_type(fn, "q", q, [&](auto t) { attention_typed<decltype(t)>(fn, memory, q, k, v, o, lse, known); });
+  });
+}
+
+kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o_parts,
+                                     const kflash_array* lse_parts, const kflash_array* o,
+                                     const kflash_array* lse) {
+  const char* fn = "kflash_merge_attention";
+  return guarded(fn, [&] {
+    check_memory(fn, memory);
+    on_float_type(fn, "o_parts", o_parts,
+                  [&](auto t) { merge_typed<decltype(t)>(fn, memory, o_parts, lse_parts, o, lse); });
+  });
+}
 
 }  // extern "C"

@@ -1,4 +1,5 @@
-/* kflash's C interface (C99): softmax, log_softmax and logsumexp of rows held in plain arrays.
+/* kflash's C interface (C99): softmax, log_softmax and logsumexp of rows held in plain arrays, and
+ * attention and its merge on arrays described by kflash_array.
  *
  * Rows: row r of x starts at x + r * x_row_stride and holds `cols` contiguous elements (strides
  * in elements, at least cols when there are two rows or more). A C array x[rows][cols] has
@@ -15,6 +16,7 @@
 #ifndef KFLASH_KFLASH_H
 #define KFLASH_KFLASH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -58,6 +60,74 @@ kflash_status kflash_logsumexp_f32(kflash_memory memory, int64_t rows, int64_t c
                                    int64_t x_row_stride, float* out);
 kflash_status kflash_logsumexp_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* x,
                                    int64_t x_row_stride, double* out);
+
+/* ---- Attention ------------------------------------------------------------------------------------
+ * Arrays are described as DLPack does: data, element type, rank, extents and strides (in elements;
+ * all zero: contiguous in row-major order, C's a[e0][e1]..., Fortran's a(e_last, ..., e0)). A
+ * kflash_array whose data is NULL is absent: an option left off, or no lse. Input arrays are not
+ * written. Index arrays (varlen offsets, paged block table and lengths) are int32 or int64. */
+
+typedef enum kflash_dtype {
+  KFLASH_FLOAT32 = 0,
+  KFLASH_FLOAT64 = 1,
+  KFLASH_BOOL = 2, /* C's _Bool, C++'s bool, Fortran's logical(c_bool) */
+  KFLASH_INT32 = 3,
+  KFLASH_INT64 = 4
+} kflash_dtype;
+
+#define KFLASH_MAX_RANK 5
+
+typedef struct kflash_array {
+  void* data;
+  kflash_dtype dtype;
+  int rank;
+  int64_t extent[KFLASH_MAX_RANK];
+  int64_t stride[KFLASH_MAX_RANK];
+} kflash_array;
+
+typedef enum kflash_schedule {
+  KFLASH_SCHEDULE_AUTOMATIC = 0,
+  KFLASH_SCHEDULE_PREFILL = 1,
+  KFLASH_SCHEDULE_SPLIT_KV = 2
+} kflash_schedule;
+
+/* attention()'s options, field for field as in the C++ kflash::AttentionOptions (whose comments give
+ * their exact meaning). Call kflash_attention_options_init first: it sets the defaults and
+ * struct_size, which tells the library how many fields the caller knows of, so that a program built
+ * against an older header keeps working when fields are added at the end. */
+typedef struct kflash_attention_options {
+  size_t struct_size;
+  double scale; /* 0: 1 / sqrt(D) */
+  int causal;   /* nonzero: bottom-right causal mask */
+  int window_left, window_right; /* -1: unbounded */
+  double softcap;                /* 0: off */
+  kflash_array alibi_slopes;     /* (Hq) or (B, Hq), q's type */
+  kflash_array sinks;            /* (Hq), q's type */
+  kflash_array bias;             /* (B or 1, Hq or 1, Nq, Nk), q's type */
+  kflash_array mask;             /* same shape, KFLASH_BOOL: false hides the pair */
+  kflash_array cu_seqlens_q;     /* varlen: (B + 1) offsets; q, k, v, o then have rank 3 */
+  kflash_array cu_seqlens_k;
+  kflash_array block_table; /* paged KV: (B, max_pages); k, v are then (pages, page_size, Hk, D) */
+  kflash_array cache_seqlens; /* paged KV: (B) */
+  kflash_schedule schedule;
+  int num_splits; /* split_kv's number of key splits, 0: chosen from the shapes */
+} kflash_attention_options;
+
+void kflash_attention_options_init(kflash_attention_options* options);
+
+/* o = softmax(scale q k^T) v, as the C++ kflash::attention: q (B, Hq, Nq, D), k (B, Hk, Nk, D),
+ * v (B, Hk, Nk, Dv), o (B, Hq, Nq, Dv), lse (B, Hq, Nq) (data NULL, or lse NULL: not wanted); Hq a
+ * multiple of Hk (GQA). q, k, v, o and lse have one floating type, float32 or float64. Varlen and
+ * paged KV change the ranks as the options' comments say. options NULL: the defaults. */
+kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, const kflash_array* k,
+                               const kflash_array* v, const kflash_array* o, const kflash_array* lse,
+                               const kflash_attention_options* options);
+
+/* Combines results over disjoint key sets: o_parts (S, B, H, N, Dv) and lse_parts (S, B, H, N) give
+ * o (B, H, N, Dv) and lse (B, H, N), as the C++ kflash::merge_attention. */
+kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o_parts,
+                                     const kflash_array* lse_parts, const kflash_array* o,
+                                     const kflash_array* lse);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,360 @@
+/* kflash_attention and kflash_merge_attention from C99, against a naive long-double reference:
+ * fp32 GQA + causal with q and o in (B, N, H, D) memory (strides), fp64 with a window, softcap and
+ * sinks, varlen, a merge of two key halves, an options struct of an older (shorter) header, and bad
+ * input: each error returns its status, names the argument and writes nothing. */
+#include <kflash/kflash.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                 \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      ++failures;                                                        \
+      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                      \
+      fprintf(stderr, "\n");                                             \
+    }                                                                    \
+  } while (0)
+
+static unsigned long long state = 0x9E3779B97F4A7C15ULL;
+static double uniform(double lo, double hi) { /* xorshift64 */
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
+}
+
+/* A contiguous row-major array descriptor. */
+static kflash_array array(void* data, kflash_dtype dtype, int rank, const int64_t* extents) {
+  kflash_array a;
+  memset(&a, 0, sizeof a);
+  a.data = data, a.dtype = dtype, a.rank = rank;
+  for (int d = 0; d < rank; ++d) a.extent[d] = extents[d];
+  return a;
+}
+
+/* One problem of the reference: element (b, h, i, d) of q at q[b*qs[0] + h*qs[1] + i*qs[2] + d*qs[3]]
+ * and likewise for k, v and o (strides in elements); lse (B, Hq, Nq) contiguous. */
+typedef struct problem {
+  long B, Hq, Hk, Nq, Nk, D, Dv;
+  long qs[4], ks[4], vs[4], os[4];
+  long double scale, softcap;
+  int causal, left, right;
+  const long double* sinks; /* (Hq) or NULL */
+} problem;
+
+/* Reference attention in long double over the problem's visible keys (bottom-right aligned). */
+static void reference(const problem* p, const double* q, const double* k, const double* v, long double* o,
+                      long double* lse) {
+  const long group = p->Hq / p->Hk;
+  long double* s = malloc(sizeof(long double) * (size_t)(p->Nk > 0 ? p->Nk : 1));
+  for (long b = 0; b < p->B; ++b)
+    for (long h = 0; h < p->Hq; ++h)
+      for (long i = 0; i < p->Nq; ++i) {
+        const long c = i + p->Nk - p->Nq, hk = h / group;
+        long double m = p->sinks ? p->sinks[h] : -INFINITY;
+        for (long j = 0; j < p->Nk; ++j) {
+          const int visible = (p->left < 0 || j >= c - p->left) && (p->causal ? j <= c : (p->right < 0 || j <= c + p->right));
+          s[j] = -INFINITY;
+          if (!visible) continue;
+          long double raw = 0;
+          for (long d = 0; d < p->D; ++d)
+            raw += (long double)q[b * p->qs[0] + h * p->qs[1] + i * p->qs[2] + d * p->qs[3]] *
+                   k[b * p->ks[0] + hk * p->ks[1] + j * p->ks[2] + d * p->ks[3]];
+          raw *= p->scale;
+          s[j] = p->softcap > 0 ? p->softcap * tanhl(raw / p->softcap) : raw;
+          m = s[j] > m ? s[j] : m;
+        }
+        long double l = p->sinks && m > -INFINITY ? expl(p->sinks[h] - m) : 0;
+        for (long j = 0; j < p->Nk; ++j) l += s[j] > -INFINITY ? expl(s[j] - m) : 0;
+        for (long d = 0; d < p->Dv; ++d) {
+          long double acc = 0;
+          for (long j = 0; j < p->Nk; ++j)
+            if (s[j] > -INFINITY) acc += expl(s[j] - m) * v[b * p->vs[0] + hk * p->vs[1] + j * p->vs[2] + d * p->vs[3]];
+          o[b * p->os[0] + h * p->os[1] + i * p->os[2] + d * p->os[3]] = l > 0 ? acc / l : 0;
+        }
+        lse[(b * p->Hq + h) * p->Nq + i] = l > 0 ? m + logl(l) : -INFINITY;
+      }
+  free(s);
+}
+
+static void row_major(long* s, long e1, long e2, long e3) { s[3] = 1, s[2] = e3, s[1] = e2 * e3, s[0] = e1 * e2 * e3; }
+
+/* fp32, GQA 4/2, causal with Nq < Nk, q and o held as (B, Nq, Hq, D) through strides. Tolerances:
+ * o within 3e-6 (sum |p v| <= max |v| = 1), lse within 3e-6 (1 + |lse|). */
+static void attention_f32_gqa_causal(void) {
+  problem p = {2, 4, 2, 37, 53, 16, 24, {0}, {0}, {0}, {0}, 0, 0, 1, -1, -1, NULL};
+  p.scale = 1 / sqrtl(16);
+  p.qs[0] = p.Nq * p.Hq * p.D, p.qs[1] = p.D, p.qs[2] = p.Hq * p.D, p.qs[3] = 1; /* (B, N, H, D) memory */
+  p.os[0] = p.Nq * p.Hq * p.Dv, p.os[1] = p.Dv, p.os[2] = p.Hq * p.Dv, p.os[3] = 1;
+  row_major(p.ks, p.Hk, p.Nk, p.D), row_major(p.vs, p.Hk, p.Nk, p.Dv);
+  const long nq = p.B * p.Hq * p.Nq * p.D, nk = p.B * p.Hk * p.Nk * p.D, nv = p.B * p.Hk * p.Nk * p.Dv,
+             no = p.B * p.Hq * p.Nq * p.Dv, nl = p.B * p.Hq * p.Nq;
+  float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv),
+        *o = malloc(sizeof(float) * no), *lse = malloc(sizeof(float) * nl);
+  double *qd = malloc(sizeof(double) * nq), *kd = malloc(sizeof(double) * nk), *vd = malloc(sizeof(double) * nv);
+  long double *ref = malloc(sizeof(long double) * no), *ref_lse = malloc(sizeof(long double) * nl);
+  for (long i = 0; i < nq; ++i) qd[i] = q[i] = (float)uniform(-2, 2);
+  for (long i = 0; i < nk; ++i) kd[i] = k[i] = (float)uniform(-2, 2);
+  for (long i = 0; i < nv; ++i) vd[i] = v[i] = (float)uniform(-1, 1);
+  reference(&p, qd, kd, vd, ref, ref_lse);
+
+  const int64_t eq[4] = {2, 4, 37, 16}, ek[4] = {2, 2, 53, 16}, ev[4] = {2, 2, 53, 24}, eo[4] = {2, 4, 37, 24},
+                el[3] = {2, 4, 37};
+  kflash_array aq = array(q, KFLASH_FLOAT32, 4, eq), ak = array(k, KFLASH_FLOAT32, 4, ek),
+               av = array(v, KFLASH_FLOAT32, 4, ev), ao = array(o, KFLASH_FLOAT32, 4, eo),
+               al = array(lse, KFLASH_FLOAT32, 3, el);
+  for (int d = 0; d < 4; ++d) aq.stride[d] = p.qs[d], ao.stride[d] = p.os[d];
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.causal = 1;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0, worst_lse = 0;
+  for (long i = 0; i < no; ++i) worst = fmax(worst, (double)fabsl(o[i] - ref[i]));
+  for (long i = 0; i < nl; ++i) worst_lse = fmax(worst_lse, (double)(fabsl(lse[i] - ref_lse[i]) / (1 + fabsl(ref_lse[i]))));
+  CHECK(worst <= 3e-6, "fp32 GQA causal: worst |o - ref| %g", worst);
+  CHECK(worst_lse <= 3e-6, "fp32 GQA causal: worst lse error %g", worst_lse);
+
+  /* Without lse, and with options NULL (not causal): lse is optional, defaults apply. */
+  p.causal = 0;
+  reference(&p, qd, kd, vd, ref, ref_lse);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, NULL, NULL) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  worst = 0;
+  for (long i = 0; i < no; ++i) worst = fmax(worst, (double)fabsl(o[i] - ref[i]));
+  CHECK(worst <= 3e-6, "fp32 GQA, default options: worst |o - ref| %g", worst);
+  free(q), free(k), free(v), free(o), free(lse), free(qd), free(kd), free(vd), free(ref), free(ref_lse);
+}
+
+/* fp64, MQA (Hk = 1), window (left 5, right 2), softcap 3 and per-head sinks, one head's sink -inf;
+ * o and lse within 1e-12 (relative to 1 + |value|). Its arrays are reused by the merge test. */
+static void attention_f64_window_sinks(void) {
+  problem p = {1, 3, 1, 20, 20, 8, 8, {0}, {0}, {0}, {0}, 0.3L, 3, 0, 5, 2, NULL};
+  long double sinks_ref[3] = {0.5L, -INFINITY, 2.0L};
+  double sinks[3] = {0.5, -INFINITY, 2.0};
+  p.sinks = sinks_ref;
+  row_major(p.qs, p.Hq, p.Nq, p.D), row_major(p.ks, p.Hk, p.Nk, p.D), row_major(p.vs, p.Hk, p.Nk, p.Dv);
+  row_major(p.os, p.Hq, p.Nq, p.Dv);
+  double q[3 * 20 * 8], k[20 * 8], v[20 * 8], o[3 * 20 * 8], lse[3 * 20];
+  long double ref[3 * 20 * 8], ref_lse[3 * 20];
+  for (int i = 0; i < 3 * 20 * 8; ++i) q[i] = uniform(-3, 3);
+  for (int i = 0; i < 20 * 8; ++i) k[i] = uniform(-3, 3), v[i] = uniform(-1, 1);
+  reference(&p, q, k, v, ref, ref_lse);
+  const int64_t eq[4] = {1, 3, 20, 8}, ek[4] = {1, 1, 20, 8}, el[3] = {1, 3, 20}, es[1] = {3};
+  kflash_array aq = array(q, KFLASH_FLOAT64, 4, eq), ak = array(k, KFLASH_FLOAT64, 4, ek),
+               av = array(v, KFLASH_FLOAT64, 4, ek), ao = array(o, KFLASH_FLOAT64, 4, eq),
+               al = array(lse, KFLASH_FLOAT64, 3, el);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.scale = 0.3, opt.softcap = 3, opt.window_left = 5, opt.window_right = 2;
+  opt.sinks = array(sinks, KFLASH_FLOAT64, 1, es);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0;
+  for (int i = 0; i < 3 * 20 * 8; ++i) worst = fmax(worst, (double)(fabsl(o[i] - ref[i]) / (1 + fabsl(ref[i]))));
+  for (int i = 0; i < 3 * 20; ++i) worst = fmax(worst, (double)(fabsl(lse[i] - ref_lse[i]) / (1 + fabsl(ref_lse[i]))));
+  CHECK(worst <= 1e-12, "fp64 window, softcap, sinks: worst error %g", worst);
+}
+
+/* Varlen fp32: three packed sequences of 5, 0 and 11 queries over 7, 4 and 11 keys (int32
+ * offsets), causal; each sequence against the reference of its own (tolerances as above). */
+static void attention_varlen(void) {
+  const long Hq = 2, Hk = 1, D = 8, Dv = 8, total_q = 16, total_k = 22;
+  int32_t cu_q[4] = {0, 5, 5, 16}, cu_k[4] = {0, 7, 11, 22};
+  float q[16 * 2 * 8], k[22 * 8], v[22 * 8], o[16 * 2 * 8], lse[2 * 16];
+  double qd[16 * 2 * 8], kd[22 * 8], vd[22 * 8];
+  for (int i = 0; i < 16 * 2 * 8; ++i) qd[i] = q[i] = (float)uniform(-2, 2);
+  for (int i = 0; i < 22 * 8; ++i) kd[i] = k[i] = (float)uniform(-2, 2), vd[i] = v[i] = (float)uniform(-1, 1);
+  const int64_t eq[3] = {total_q, Hq, D}, ek[3] = {total_k, Hk, D}, el[2] = {Hq, total_q}, ecu[1] = {4};
+  kflash_array aq = array(q, KFLASH_FLOAT32, 3, eq), ak = array(k, KFLASH_FLOAT32, 3, ek),
+               av = array(v, KFLASH_FLOAT32, 3, ek), ao = array(o, KFLASH_FLOAT32, 3, eq),
+               al = array(lse, KFLASH_FLOAT32, 2, el);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.causal = 1;
+  opt.cu_seqlens_q = array(cu_q, KFLASH_INT32, 1, ecu);
+  opt.cu_seqlens_k = array(cu_k, KFLASH_INT32, 1, ecu);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0;
+  for (int b = 0; b < 3; ++b) {
+    /* Sequence b as a batch of one: (B, H, N, D) strides over the packed (total, H, D) arrays. */
+    problem p = {1, Hq, Hk, cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b], D, Dv,
+                 {0, D, Hq * D, 1}, {0, D, Hk * D, 1}, {0, Dv, Hk * Dv, 1}, {0, Dv, Hq * Dv, 1},
+                 1 / sqrtl(8), 0, 1, -1, -1, NULL};
+    long double ref[16 * 2 * 8], ref_lse[2 * 16];
+    reference(&p, qd + cu_q[b] * Hq * D, kd + cu_k[b] * Hk * D, vd + cu_k[b] * Hk * Dv, ref, ref_lse);
+    for (long i = 0; i < p.Nq; ++i)
+      for (long h = 0; h < Hq; ++h) {
+        for (long d = 0; d < Dv; ++d)
+          worst = fmax(worst, (double)fabsl(o[((cu_q[b] + i) * Hq + h) * Dv + d] - ref[i * Hq * Dv + h * Dv + d]));
+        const long double r = ref_lse[h * p.Nq + i];
+        worst = fmax(worst, (double)(fabsl(lse[h * total_q + cu_q[b] + i] - r) / (1 + fabsl(r))));
+      }
+  }
+  CHECK(worst <= 3e-6, "varlen: worst error %g", worst);
+}
+
+/* Attention over two key halves (split at 29 of 64), merged, against attention over all keys:
+ * fp64, within 1e-13. */
+static void merge(void) {
+  enum { H = 2, N = 9, Nk = 64, D = 8 };
+  double q[H * N * D], k[H * Nk * D], v[H * Nk * D], parts[2 * H * N * D], part_lse[2 * H * N], o[H * N * D],
+      lse[H * N], full[H * N * D], full_lse[H * N];
+  for (int i = 0; i < H * N * D; ++i) q[i] = uniform(-2, 2);
+  for (int i = 0; i < H * Nk * D; ++i) k[i] = uniform(-2, 2), v[i] = uniform(-1, 1);
+  const int64_t eq[4] = {1, H, N, D}, ekv[4] = {1, H, Nk, D}, el[3] = {1, H, N}, eparts[5] = {2, 1, H, N, D},
+                elparts[4] = {2, 1, H, N};
+  kflash_array aq = array(q, KFLASH_FLOAT64, 4, eq), ak = array(k, KFLASH_FLOAT64, 4, ekv),
+               av = array(v, KFLASH_FLOAT64, 4, ekv);
+  kflash_array afull = array(full, KFLASH_FLOAT64, 4, eq), afull_lse = array(full_lse, KFLASH_FLOAT64, 3, el);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &afull, &afull_lse, NULL) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  for (int s = 0; s < 2; ++s) { /* keys [0, 29) and [29, 64) through extents and strides of k and v */
+    kflash_array ks = ak, vs = av;
+    const int64_t first = s == 0 ? 0 : 29;
+    ks.extent[2] = vs.extent[2] = s == 0 ? 29 : Nk - 29;
+    ks.stride[0] = H * Nk * D, ks.stride[1] = Nk * D, ks.stride[2] = D, ks.stride[3] = 1;
+    vs.stride[0] = ks.stride[0], vs.stride[1] = ks.stride[1], vs.stride[2] = D, vs.stride[3] = 1;
+    ks.data = k + first * D, vs.data = v + first * D;
+    kflash_array ap = array(parts + s * H * N * D, KFLASH_FLOAT64, 4, eq),
+                 alp = array(part_lse + s * H * N, KFLASH_FLOAT64, 3, el);
+    CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ks, &vs, &ap, &alp, NULL) == KFLASH_SUCCESS, "%s",
+          kflash_last_error());
+  }
+  kflash_array aparts = array(parts, KFLASH_FLOAT64, 5, eparts), alparts = array(part_lse, KFLASH_FLOAT64, 4, elparts),
+               ao = array(o, KFLASH_FLOAT64, 4, eq), al = array(lse, KFLASH_FLOAT64, 3, el);
+  CHECK(kflash_merge_attention(KFLASH_MEMORY_HOST, &aparts, &alparts, &ao, &al) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0;
+  for (int i = 0; i < H * N * D; ++i) worst = fmax(worst, fabs(o[i] - full[i]));
+  for (int i = 0; i < H * N; ++i) worst = fmax(worst, fabs(lse[i] - full_lse[i]) / (1 + fabs(full_lse[i])));
+  CHECK(worst <= 1e-13, "merge of two halves against one call: worst error %g", worst);
+}
+
+/* A program built against an older header passes a shorter struct: the fields it covers count, the
+ * later ones keep their defaults (here: causal set, the sinks field beyond its size ignored). */
+static void older_options(void) {
+  float q[2 * 4] = {1, 0, 0, 1, 1, 1, 0, 0}, k[3 * 4] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0},
+        v[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, o_old[2 * 4], o_new[2 * 4];
+  float sinks[1] = {100};
+  const int64_t eq[4] = {1, 1, 2, 4}, ek[4] = {1, 1, 3, 4}, es[1] = {1};
+  kflash_array aq = array(q, KFLASH_FLOAT32, 4, eq), ak = array(k, KFLASH_FLOAT32, 4, ek),
+               av = array(v, KFLASH_FLOAT32, 4, ek), ao_old = array(o_old, KFLASH_FLOAT32, 4, eq),
+               ao_new = array(o_new, KFLASH_FLOAT32, 4, eq);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.causal = 1;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao_new, NULL, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  opt.sinks = array(sinks, KFLASH_FLOAT32, 1, es); /* beyond the older struct's size */
+  opt.struct_size = offsetof(kflash_attention_options, alibi_slopes);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao_old, NULL, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  CHECK(memcmp(o_old, o_new, sizeof o_old) == 0, "a shorter options struct gave another result");
+}
+
+/* Bad input: the status, a message naming the argument, and o untouched. */
+static void errors(void) {
+  float q[2 * 3 * 4 * 8], k[2 * 2 * 5 * 8], v[2 * 2 * 5 * 8], o[2 * 3 * 4 * 8], lse[2 * 3 * 4];
+  for (int i = 0; i < 2 * 3 * 4 * 8; ++i) q[i] = 0.5f, o[i] = 7.0f;
+  for (int i = 0; i < 2 * 2 * 5 * 8; ++i) k[i] = v[i] = 0.25f;
+  for (int i = 0; i < 2 * 3 * 4; ++i) lse[i] = 7.0f;
+  const int64_t eq[4] = {2, 3, 4, 8}, ek[4] = {2, 2, 5, 8}, el[3] = {2, 3, 4};
+  kflash_array aq = array(q, KFLASH_FLOAT32, 4, eq), ak = array(k, KFLASH_FLOAT32, 4, ek),
+               av = array(v, KFLASH_FLOAT32, 4, ek), ao = array(o, KFLASH_FLOAT32, 4, eq),
+               al = array(lse, KFLASH_FLOAT32, 3, el);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  /* Hq = 3 is not a multiple of Hk = 2. */
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "Hq not a multiple of Hk");
+  CHECK(strstr(kflash_last_error(), "Hq") != NULL && strstr(kflash_last_error(), "Hk") != NULL, "%s",
+        kflash_last_error());
+  /* Mismatched extents: v's D of 7 rows against k's 5 keys. */
+  ak.extent[1] = av.extent[1] = 1;
+  kflash_array bad_v = av;
+  bad_v.extent[2] = 4;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &bad_v, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "mismatched extents");
+  CHECK(strstr(kflash_last_error(), "v (2, 1, 4, 8)") != NULL, "%s", kflash_last_error());
+  /* lse of the wrong shape. */
+  kflash_array bad_lse = al;
+  bad_lse.extent[2] = 3;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &bad_lse, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "lse shape");
+  CHECK(strstr(kflash_last_error(), "lse") != NULL, "%s", kflash_last_error());
+  /* Null pointers: an array, an array's data. */
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, NULL, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "null k");
+  CHECK(strstr(kflash_last_error(), "kflash_attention: k is NULL") != NULL, "%s", kflash_last_error());
+  kflash_array null_q = aq;
+  null_q.data = NULL;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &null_q, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "null q data");
+  CHECK(strstr(kflash_last_error(), "q (2, 3, 4, 8) float32 has elements but its data is NULL") != NULL, "%s",
+        kflash_last_error());
+  /* Mixed types, a bad rank, a bad option, options not set up, a bad schedule. */
+  kflash_array f64_k = ak;
+  f64_k.dtype = KFLASH_FLOAT64;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &f64_k, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "mixed dtypes");
+  CHECK(strstr(kflash_last_error(), "must have the dtype of the first array, float32") != NULL, "%s",
+        kflash_last_error());
+  kflash_array rank2 = aq;
+  rank2.rank = 2;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &rank2, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "rank 2 q");
+  CHECK(strstr(kflash_last_error(), "must have rank 4") != NULL, "%s", kflash_last_error());
+  double sinks[2] = {0, 0};
+  const int64_t es[1] = {2};
+  opt.sinks = array(sinks, KFLASH_FLOAT64, 1, es);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "sinks of another type and length");
+  CHECK(strstr(kflash_last_error(), "options.sinks") != NULL, "%s", kflash_last_error());
+  kflash_attention_options zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &zeroed) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "options without init");
+  CHECK(strstr(kflash_last_error(), "kflash_attention_options_init") != NULL, "%s", kflash_last_error());
+  kflash_attention_options_init(&opt);
+  opt.schedule = (kflash_schedule)9;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "bad schedule");
+  CHECK(strstr(kflash_last_error(), "options->schedule = 9") != NULL, "%s", kflash_last_error());
+  /* Merge: parts that do not match o. */
+  const int64_t eparts[5] = {2, 1, 3, 4, 8}, elparts[4] = {2, 1, 3, 4}; /* within q's and lse's elements */
+  kflash_array aparts = array(q, KFLASH_FLOAT32, 5, eparts), alparts = array(lse, KFLASH_FLOAT32, 4, elparts);
+  CHECK(kflash_merge_attention(KFLASH_MEMORY_HOST, &aparts, &alparts, &ao, &al) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "merge shapes");
+  CHECK(strstr(kflash_last_error(), "lse_parts") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_merge_attention(KFLASH_MEMORY_HOST, &aparts, &alparts, &ao, NULL) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "merge without lse");
+  CHECK(strstr(kflash_last_error(), "lse is NULL") != NULL, "%s", kflash_last_error());
+  int untouched = 1;
+  for (int i = 0; i < 2 * 3 * 4 * 8; ++i) untouched = untouched && o[i] == 7.0f;
+  for (int i = 0; i < 2 * 3 * 4; ++i) untouched = untouched && lse[i] == 7.0f;
+  CHECK(untouched, "a failed call wrote o or lse");
+}
+
+int main(void) {
+  CHECK(kflash_initialize() == KFLASH_SUCCESS, "%s", kflash_last_error());
+  attention_f32_gqa_causal();
+  attention_f64_window_sinks();
+  attention_varlen();
+  merge();
+  older_options();
+  errors();
+  CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
+  if (failures) fprintf(stderr, "%d failures\n", failures);
+  else printf("all checks passed\n");
+  return failures ? 1 : 0;
+}
