@@ -1,0 +1,255 @@
+! The Fortran module kflash against a naive reference in extended precision (real(ep), 64-bit
+! mantissa): softmax and logsumexp on 1000 rows of 4096 (real(4)), log_softmax and logsumexp of one
+! real(8) row, attention with GQA and causal (real(4)) and with a window, softcap and sinks (real(8)),
+! a merge of two key halves, and bad input through stat/errmsg (nothing written). Stops with a
+! nonzero code on any failure. With an argument, a bad call without stat must stop the program.
+program test_fortran
+  use kflash
+  implicit none
+  integer, parameter :: ep = selected_real_kind(18)
+  integer :: failures = 0, seed_size, i
+  integer, allocatable :: seed(:)
+
+  call kflash_initialize()
+  if (command_argument_count() > 0) call stop_without_stat()
+  print '(a, a, a, a)', 'kflash ', kflash_version(), ', backends ', kflash_backends()
+  call random_seed(size=seed_size)
+  seed = [(12345 + 7 * i, i = 1, seed_size)]
+  call random_seed(put=seed)
+  call softmax_rows()
+  call one_row_r8()
+  call attention_gqa_causal()
+  call attention_window_sinks()
+  call merge_halves()
+  call errors()
+  call kflash_finalize()
+  if (failures > 0) then
+    print '(i0, a)', failures, ' failures'
+    error stop 1
+  end if
+  print '(a)', 'all checks passed'
+
+contains
+
+  ! A failed call without stat stops the program with the message (the test 'fortran_error_stop').
+  subroutine stop_without_stat()
+    real(8) :: x(4, 3), y(4, 2)
+    x = 0
+    call kflash_softmax(x, y)
+    print '(a)', 'not reached'
+  end subroutine
+
+  subroutine check(ok, what, value)
+    logical, intent(in) :: ok
+    character(*), intent(in) :: what
+    real(8), intent(in), optional :: value
+    if (ok) return
+    failures = failures + 1
+    if (present(value)) then
+      print '(a, a, es12.4)', 'failed: ', what, value
+    else
+      print '(a, a)', 'failed: ', what
+    end if
+  end subroutine
+
+  !> Uniform values in [lo, hi).
+  subroutine fill(a, lo, hi)
+    real(8), intent(out) :: a(:)
+    real(8), intent(in) :: lo, hi
+    call random_number(a)
+    a = lo + (hi - lo) * a
+  end subroutine
+
+  ! softmax of x(4096, 1000) real(4): p within 16 eps (1 + |x - max|) p, lse within 1e-6 + 2 eps |lse|.
+  subroutine softmax_rows()
+    integer, parameter :: cols = 4096, rows = 1000
+    real(4), allocatable :: x(:, :), y(:, :), lse(:)
+    real(8), allocatable :: buf(:)
+    real(ep) :: m, l, ref
+    real(8) :: worst, worst_lse
+    integer :: r, c
+    allocate(x(cols, rows), y(cols, rows), lse(rows), buf(cols * rows))
+    call fill(buf, -20d0, 20d0)
+    x = reshape(real(buf, 4), [cols, rows])
+    call kflash_softmax(x, y)
+    call kflash_logsumexp(x, lse)
+    worst = 0
+    worst_lse = 0
+    do r = 1, rows
+      m = maxval(real(x(:, r), ep))
+      l = sum(exp(real(x(:, r), ep) - m))
+      do c = 1, cols
+        ref = exp(real(x(c, r), ep) - m) / l
+        worst = max(worst, real(abs(y(c, r) - ref) / (ref * (1 + abs(x(c, r) - m))), 8))
+      end do
+      worst_lse = max(worst_lse, real(abs(lse(r) - (m + log(l))) / (1e-6_ep + 2 * epsilon(1.0) * abs(m + log(l))), 8))
+    end do
+    call check(worst <= 16 * epsilon(1.0), 'softmax real(4): worst error over its scale', worst)
+    call check(worst_lse <= 1, 'logsumexp real(4): worst error over its tolerance', worst_lse)
+  end subroutine
+
+  ! log_softmax and logsumexp of one real(8) row of 777: within 1e-13 (relative to 1 + |value|).
+  subroutine one_row_r8()
+    real(8) :: x(777), y(777), lse
+    real(ep) :: m, l
+    call fill(x, -300d0, 300d0)
+    call kflash_log_softmax(x, y)
+    call kflash_logsumexp(x, lse)
+    m = maxval(real(x, ep))
+    l = log(sum(exp(real(x, ep) - m)))
+    call check(maxval(real(abs(y - (x - m - l)) / (1 + abs(x - m - l)), 8)) <= 1d-13, 'log_softmax real(8) row')
+    call check(real(abs(lse - (m + l)) / (1 + abs(m + l)), 8) <= 1d-13, 'logsumexp real(8) row')
+  end subroutine
+
+  !> Reference attention of q(D, Nq, Hq, B) over k(D, Nk, Hk, B), v(Dv, Nk, Hk, B), bottom-right aligned.
+  subroutine reference(q, k, v, scale, causal, left, right, softcap, sinks, o, lse)
+    real(8), intent(in) :: q(:, :, :, :), k(:, :, :, :), v(:, :, :, :), scale, softcap
+    logical, intent(in) :: causal
+    integer, intent(in) :: left, right
+    real(8), intent(in), optional :: sinks(:)
+    real(ep), intent(out) :: o(:, :, :, :), lse(:, :, :)
+    real(ep) :: s(size(k, 2)), m, l, raw
+    logical :: visible(size(k, 2))
+    integer :: b, h, i, j, c, nq, nk, group
+    nq = size(q, 2)
+    nk = size(k, 2)
+    group = size(q, 3) / size(k, 3)
+    do b = 1, size(q, 4)
+      do h = 1, size(q, 3)
+        do i = 1, nq
+          c = i + nk - nq
+          m = -huge(1.0_ep)
+          if (present(sinks)) m = max(m, real(sinks(h), ep))
+          do j = 1, nk
+            visible(j) = (left < 0 .or. j >= c - left) .and. &
+                         merge(j <= c, right < 0 .or. j <= c + right, causal)
+            if (.not. visible(j)) cycle
+            raw = scale * sum(real(q(:, i, h, b), ep) * k(:, j, (h - 1) / group + 1, b))
+            if (softcap > 0) raw = softcap * tanh(raw / softcap)
+            s(j) = raw
+            m = max(m, raw)
+          end do
+          l = 0
+          if (present(sinks)) l = exp(sinks(h) - m)
+          o(:, i, h, b) = 0
+          do j = 1, nk
+            if (.not. visible(j)) cycle
+            l = l + exp(s(j) - m)
+            o(:, i, h, b) = o(:, i, h, b) + exp(s(j) - m) * v(:, j, (h - 1) / group + 1, b)
+          end do
+          o(:, i, h, b) = o(:, i, h, b) / l
+          lse(i, h, b) = m + log(l)
+        end do
+      end do
+    end do
+  end subroutine
+
+  ! real(4), GQA 4/2, causal with Nq < Nk: o within 3e-6 (|v| <= 1), lse within 3e-6 (1 + |lse|).
+  subroutine attention_gqa_causal()
+    integer, parameter :: d = 16, dv = 24, nq = 37, nk = 53, hq = 4, hk = 2, nb = 2
+    real(8) :: q8(d, nq, hq, nb), k8(d, nk, hk, nb), v8(dv, nk, hk, nb), buf(dv * nk * hk * nb)
+    real(4) :: q(d, nq, hq, nb), k(d, nk, hk, nb), v(dv, nk, hk, nb), o(dv, nq, hq, nb), lse(nq, hq, nb)
+    real(ep), allocatable :: ref(:, :, :, :), ref_lse(:, :, :)
+    type(kflash_attention_options) :: opts
+    allocate(ref(dv, nq, hq, nb), ref_lse(nq, hq, nb))
+    call fill(buf(:d * nq * hq * nb), -2d0, 2d0)
+    q = reshape(real(buf(:d * nq * hq * nb), 4), shape(q))
+    call fill(buf(:d * nk * hk * nb), -2d0, 2d0)
+    k = reshape(real(buf(:d * nk * hk * nb), 4), shape(k))
+    call fill(buf(:dv * nk * hk * nb), -1d0, 1d0)
+    v = reshape(real(buf(:dv * nk * hk * nb), 4), shape(v))
+    q8 = q
+    k8 = k
+    v8 = v
+    call reference(q8, k8, v8, 0.25d0, .true., -1, -1, 0d0, o=ref, lse=ref_lse)
+    opts%causal = .true.
+    call kflash_attention(q, k, v, o, opts, lse)
+    call check(maxval(real(abs(o - ref), 8)) <= 3d-6, 'attention real(4) GQA causal: o', maxval(real(abs(o - ref), 8)))
+    call check(maxval(real(abs(lse - ref_lse) / (1 + abs(ref_lse)), 8)) <= 3d-6, 'attention real(4) GQA causal: lse')
+  end subroutine
+
+  ! real(8), MQA, window (5 left, 2 right), softcap 3, sinks (one of them -huge): within 1e-12.
+  subroutine attention_window_sinks()
+    integer, parameter :: d = 8, n = 20, hq = 3
+    real(8) :: q(d, n, hq, 1), k(d, n, 1, 1), v(d, n, 1, 1), o(d, n, hq, 1), lse(n, hq, 1)
+    real(ep) :: ref(d, n, hq, 1), ref_lse(n, hq, 1)
+    type(kflash_attention_options) :: opts
+    call random_number(q)
+    call random_number(k)
+    call random_number(v)
+    q = 6 * q - 3
+    k = 6 * k - 3
+    v = 2 * v - 1
+    opts%scale = 0.3d0
+    opts%softcap = 3
+    opts%window_left = 5
+    opts%window_right = 2
+    opts%sinks = [0.5d0, -huge(1d0), 2d0]
+    call reference(q, k, v, 0.3d0, .false., 5, 2, 3d0, opts%sinks, ref, ref_lse)
+    call kflash_attention(q, k, v, o, opts, lse)
+    call check(maxval(real(abs(o - ref) / (1 + abs(ref)), 8)) <= 1d-12, 'attention real(8) window, softcap, sinks: o')
+    call check(maxval(real(abs(lse - ref_lse) / (1 + abs(ref_lse)), 8)) <= 1d-12, 'attention real(8) ...: lse')
+  end subroutine
+
+  ! Attention over keys 1:29 and 30:64 merged, against one call over all keys: within 1e-13.
+  subroutine merge_halves()
+    integer, parameter :: d = 8, n = 9, nk = 64, h = 2
+    real(8) :: q(d, n, h, 1), k(d, nk, h, 1), v(d, nk, h, 1), full(d, n, h, 1), full_lse(n, h, 1)
+    real(8) :: parts(d, n, h, 1, 2), part_lse(n, h, 1, 2), o(d, n, h, 1), lse(n, h, 1)
+    type(kflash_attention_options) :: opts
+    call random_number(q)
+    call random_number(k)
+    call random_number(v)
+    q = 4 * q - 2
+    k = 4 * k - 2
+    call kflash_attention(q, k, v, full, opts, full_lse)
+    call kflash_attention(q, k(:, 1:29, :, :), v(:, 1:29, :, :), parts(:, :, :, :, 1), opts, part_lse(:, :, :, 1))
+    call kflash_attention(q, k(:, 30:, :, :), v(:, 30:, :, :), parts(:, :, :, :, 2), opts, part_lse(:, :, :, 2))
+    call kflash_merge_attention(parts, part_lse, o, lse)
+    call check(maxval(abs(o - full)) <= 1d-13, 'merge of two halves: o', maxval(abs(o - full)))
+    call check(maxval(abs(lse - full_lse) / (1 + abs(full_lse))) <= 1d-13, 'merge of two halves: lse')
+  end subroutine
+
+  ! Bad input: stat nonzero, errmsg naming the argument, nothing written.
+  subroutine errors()
+    real(4) :: x(4, 3), y(4, 2), out(2), q(8, 4, 3, 2), k(8, 5, 2, 2), v(8, 5, 2, 2), k1(8, 5, 1, 2), &
+               v1(8, 4, 1, 2), o(8, 4, 3, 2), y2(4, 3)
+    real(8) :: parts(8, 4, 3, 2, 2), part_lse(4, 3, 2, 2), o8(8, 4, 3, 2), lse8(4, 3, 3)
+    type(kflash_attention_options) :: opts
+    integer :: stat
+    character(256) :: errmsg
+    x = 1
+    y = 7
+    out = 7
+    q = 0.5
+    k = 0.25
+    v = 0.25
+    k1 = 0.25
+    v1 = 0.25
+    o = 7
+    o8 = 7
+    parts = 0
+    part_lse = 0
+    call kflash_softmax(x, y, stat, errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'kflash_softmax: y (4, 2) must have the shape of x (4, 3)') > 0, &
+               'softmax shapes: ' // trim(errmsg))
+    call kflash_logsumexp(x, out, stat, errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'out has 2 elements, but x (4, 3) has 3 rows') > 0, &
+               'logsumexp shapes: ' // trim(errmsg))
+    call kflash_attention(q, k, v, o, opts, stat=stat, errmsg=errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'Hq') > 0 .and. index(errmsg, 'Hk') > 0, &
+               'Hq = 3 not a multiple of Hk = 2: ' // trim(errmsg))
+    call kflash_attention(q, k1, v1, o, opts, stat=stat, errmsg=errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'v (2, 1, 4, 8)') > 0, 'k and v of other lengths: ' // trim(errmsg))
+    opts%sinks = [1d0, 2d0]
+    call kflash_attention(q, k1, k1, o, opts, stat=stat, errmsg=errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'options.sinks') > 0, 'two sinks for three heads: ' // trim(errmsg))
+    call kflash_merge_attention(parts, part_lse, o8, lse8, stat, errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'lse (3, 3, 4)') > 0, 'merge shapes: ' // trim(errmsg))
+    call check(all(y == 7) .and. all(out == 7) .and. all(o == 7) .and. all(o8 == 7), 'a failed call wrote its output')
+    ! A good call after the errors sets stat to 0.
+    call kflash_softmax(x, y2, stat, errmsg)
+    call check(stat == 0 .and. all(abs(y2 - 0.25) < 1e-6), 'a good call after errors')
+  end subroutine
+
+end program test_fortran
