@@ -12,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -24,17 +25,20 @@ struct Options {
   bool full = false;
   std::string out;
   std::vector<std::string> compare;
+  bool check_limits = false;
 };
 
 const char* usage =
     "usage: kflash-bench [--backend NAME] [--filter REGEX] [--full] [--out DIR]\n"
     "       kflash-bench --compare A.json B.json\n"
+    "       kflash-bench --check-limits [--backend NAME]\n"
     "  --backend NAME   Serial, OpenMP or Cuda (default: every enabled backend)\n"
     "  --filter REGEX   kernels/shapes to run, matched against names such as\n"
     "                   'OpenMP/softmax/fp32/4096x1024/kflash' (limits always run)\n"
     "  --full           the whole grid instead of the default selection (~2 min on 2 cores)\n"
     "  --out DIR        write DIR/results.json (Google Benchmark JSON) and DIR/summary.png\n"
     "  --compare A B    ratio between two results.json files, kernel by kernel\n"
+    "  --check-limits   measure the limits only and check that they are plausible (exit 1 if not)\n"
     "  Kokkos options (--kokkos-threads=N, ...) are passed to Kokkos.\n";
 
 struct Registry {
@@ -61,10 +65,20 @@ void register_backend(Registry& reg) {
     reg.add(be + "/limits/fma_fp32", [=](benchmark::State& s) { limit_fma<Exec, float>(s, be); }, true);
     reg.add(be + "/limits/fma_fp64", [=](benchmark::State& s) { limit_fma<Exec, double>(s, be); }, true);
   }
+#if KFLASH_BENCH_HAS_HOST_PEAK
+  if (host) {
+    reg.add(be + "/limits/fma_fp32", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 4); }, true);
+    reg.add(be + "/limits/fma_fp64", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 8); }, true);
+    if (has_bf16_dot())
+      reg.add(be + "/limits/bf16_dot", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 2, true); }, true);
+  }
+#endif
 #if KFLASH_BENCH_HAS_CBLAS
   if (host) {
     reg.add(be + "/limits/sgemm_2048", [=](benchmark::State& s) { limit_gemm<float>(s, be, threads); }, true);
     reg.add(be + "/limits/dgemm_2048", [=](benchmark::State& s) { limit_gemm<double>(s, be, threads); }, true);
+    if (reg.opt.check_limits)
+      reg.add(be + "/limits/sgemm_512", [=](benchmark::State& s) { limit_gemm<float>(s, be, threads, 512); }, true);
   }
 #endif
 
@@ -214,9 +228,10 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
   std::printf(
       "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
       "read once) or GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth\n"
-      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, sgemm/dgemm 2048^3\n"
-      "through OpenBLAS with the backend's thread count (host) or the multiply-add limit (devices), all\n"
-      "measured above in this run. speed-up: over the fastest baseline of the same case (kflash_stream*:\n"
+      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
+      "(fma_fp32/fp64: independent chains in registers on every thread, per instruction set on the host),\n"
+      "all measured above in this run; the JSON also has host attention against sgemm/dgemm 2048^3 through\n"
+      "OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over the fastest baseline of the same case (kflash_stream*:\n"
       "over kflash's one-shot kernel; the stream's tiles are read, written and read again). extra MiB: kflash\n"
       "workspace, host softmax's team scratch included (baseline: its score buffer / row statistics).\n");
 }
@@ -227,6 +242,39 @@ std::string cpu_model() {
   while (std::getline(f, line))
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown";
+}
+
+/// --check-limits: the limits measured in this run are plausible for every backend run. A limit
+/// below what a real kernel reaches would inflate every fraction: the multiply-add peak must be at
+/// least a 512^3 sgemm's rate, and the bandwidths positive with reading at least half as fast as
+/// copying. Returns the exit status.
+int check_limits(const std::set<std::string>& backends, const std::string& only) {
+  int failures = 0;
+  const auto& limit = shared().limit;
+  auto get = [&](const std::string& key) { return limit.count(key) ? limit.at(key) : 0.0; };
+  for (const std::string& be : backends) {
+    if (!only.empty() && be != only) continue;
+    const double read = get(be + "/read_bw"), copy = get(be + "/copy_bw"), triad = get(be + "/triad_bw"),
+                 fma32 = get(be + "/fma_fp32"), fma64 = get(be + "/fma_fp64"), sgemm = get(be + "/sgemm_512");
+    auto expect = [&](bool ok, const std::string& what) {
+      std::printf("%-7s %-60s %s\n", be.c_str(), what.c_str(), ok ? "ok" : "IMPLAUSIBLE");
+      failures += !ok;
+    };
+    char line[200];
+    std::snprintf(line, sizeof line, "read %.1f, copy %.1f, triad %.1f GB/s: positive", read * 1e-9, copy * 1e-9,
+                  triad * 1e-9);
+    expect(read > 0 && copy > 0 && triad > 0, line);
+    std::snprintf(line, sizeof line, "read %.1f GB/s >= copy / 2 = %.1f GB/s", read * 1e-9, copy * 5e-10);
+    expect(read >= copy / 2, line);
+    std::snprintf(line, sizeof line, "fma_fp32 %.1f, fma_fp64 %.1f GFLOP/s: positive", fma32 * 1e-9, fma64 * 1e-9);
+    expect(fma32 > 0 && fma64 > 0, line);
+    if (limit.count(be + "/sgemm_512")) {
+      std::snprintf(line, sizeof line, "fma_fp32 %.1f GFLOP/s >= sgemm 512^3 %.1f GFLOP/s", fma32 * 1e-9,
+                    sgemm * 1e-9);
+      expect(fma32 >= sgemm, line);
+    }
+  }
+  return failures ? 1 : 0;
 }
 
 int compare(const std::string& a_path, const std::string& b_path) {
@@ -288,6 +336,7 @@ int main(int argc, char* argv[]) {
     if (a == "--backend") opt.backend = next();
     else if (a == "--filter") opt.filter = next();
     else if (a == "--full") opt.full = true;
+    else if (a == "--check-limits") opt.check_limits = true;
     else if (a == "--out") opt.out = next();
     else if (a == "--compare") {
       opt.compare.push_back(next());
@@ -328,6 +377,7 @@ int main(int argc, char* argv[]) {
 
   Registry reg;
   reg.opt = opt;
+  if (opt.check_limits) reg.opt.filter = "^$";  // the limits only (they always run)
   std::set<std::string> known;
 #if KFLASH_HAS_SERIAL
   register_backend<Kokkos::Serial>(reg);
@@ -364,6 +414,12 @@ int main(int argc, char* argv[]) {
   benchmark::AddCustomContext("openmp_threads", std::to_string(Kokkos::OpenMP().concurrency()));
 #endif
   benchmark::AddCustomContext("host_blas", KFLASH_BENCH_HAS_CBLAS ? "OpenBLAS (CBLAS)" : "none");
+  benchmark::AddCustomContext("host_kernels_isa", kflash::impl::host::isa_name(kflash::impl::host::isa()));
+#if KFLASH_BENCH_HAS_HOST_PEAK
+  benchmark::AddCustomContext("host_peak_isa", peak_isa_name(best_peak_isa()));
+  benchmark::AddCustomContext("host_bf16_dot", has_bf16_dot() ? "AVX512-BF16" : "none");
+#endif
+  benchmark::AddCustomContext("host_cpus", std::to_string(std::thread::hardware_concurrency()));
 #if KFLASH_HAS_CUDA
   {
     cudaDeviceProp prop;
@@ -413,5 +469,5 @@ int main(int argc, char* argv[]) {
   }
   for (const auto& r : progress.runs())
     if (r.error_occurred) return 1;
-  return 0;
+  return opt.check_limits ? check_limits(known, opt.backend) : 0;
 }

@@ -1,0 +1,113 @@
+// Peak kernels of the host CPU (see host_peak.hpp). One generic body over GCC vector types, inlined
+// into a function per instruction set; this file is compiled with -ffp-contract=fast, so that
+// a * m + c becomes one fused multiply-add where the set has it.
+#include "host_peak.hpp"
+
+#include <immintrin.h>
+
+namespace kflash_bench {
+namespace {
+
+volatile double sink;
+
+template <class T, int Bytes>
+using Vec [[gnu::vector_size(Bytes)]] = T;
+
+/// `Chains` independent chains a = a * m + c of Bytes-wide vectors of T for `iterations` steps;
+/// returns the operations done.
+template <class T, int Bytes, int Chains>
+[[gnu::always_inline]] inline double chains(long iterations) {
+  using V = Vec<T, Bytes>;
+  constexpr int lanes = Bytes / int(sizeof(T));
+  V a[Chains];
+  for (int c = 0; c < Chains; ++c)
+    for (int l = 0; l < lanes; ++l) a[c][l] = T(1) + T(c) * T(0.01) + T(l) * T(0.001);
+  V m, add;
+  for (int l = 0; l < lanes; ++l) m[l] = T(0.999999), add[l] = T(1e-7);
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < Chains; ++c) a[c] = a[c] * m + add;
+  }
+  double total = 0;
+  for (int c = 0; c < Chains; ++c)
+    for (int l = 0; l < lanes; ++l) total += double(a[c][l]);
+  sink = total;
+  return 2.0 * double(iterations) * Chains * lanes;
+}
+
+// 12 chains fill the 16 registers of SSE2 and AVX2 beside m and c (two FMA pipes of latency 4-5
+// need 8-10); AVX-512 has 32 registers.
+double baseline(int bytes, long n) {
+  return bytes == 4 ? chains<float, 16, 12>(n) : chains<double, 16, 12>(n);
+}
+[[gnu::target("avx2,fma")]] double avx2(int bytes, long n) {
+  return bytes == 4 ? chains<float, 32, 12>(n) : chains<double, 32, 12>(n);
+}
+[[gnu::target("avx512f")]] double avx512(int bytes, long n) {
+  return bytes == 4 ? chains<float, 64, 16>(n) : chains<double, 64, 16>(n);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#define KFLASH_PEAK_HAS_BF16 1
+[[gnu::target("avx512f,avx512bf16")]] double bf16_dot(long n) {
+  constexpr int chains = 16;
+  __m512 acc[chains];
+  for (int c = 0; c < chains; ++c) acc[c] = _mm512_set1_ps(float(c));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+  for (long i = 0; i < n; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < chains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, y);
+  }
+  __m512 s = acc[0];
+  for (int c = 1; c < chains; ++c) s = _mm512_add_ps(s, acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, s);
+  double total = 0;
+  for (float v : lanes) total += double(v);
+  sink = total;
+  return 4.0 * 16 * chains * double(n);
+}
+#else
+#define KFLASH_PEAK_HAS_BF16 0
+#endif
+
+}  // namespace
+
+PeakIsa best_peak_isa() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) return PeakIsa::avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return PeakIsa::avx2;
+#endif
+  return PeakIsa::baseline;
+}
+
+const char* peak_isa_name(PeakIsa isa) {
+  return isa == PeakIsa::avx512 ? "AVX-512" : isa == PeakIsa::avx2 ? "AVX2 + FMA" : "baseline (SSE2, no FMA)";
+}
+
+double run_fma_chains(PeakIsa isa, int bytes, long iterations) {
+  switch (isa) {
+    case PeakIsa::avx512: return avx512(bytes, iterations);
+    case PeakIsa::avx2: return avx2(bytes, iterations);
+    default: return baseline(bytes, iterations);
+  }
+}
+
+bool has_bf16_dot() {
+#if KFLASH_PEAK_HAS_BF16 && defined(__x86_64__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+double run_bf16_dot_chains(long iterations) {
+#if KFLASH_PEAK_HAS_BF16
+  if (has_bf16_dot()) return bf16_dot(iterations);
+#endif
+  (void)iterations;
+  return 0;
+}
+
+}  // namespace kflash_bench

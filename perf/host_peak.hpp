@@ -1,0 +1,27 @@
+// The host CPU's arithmetic peak, measured: independent multiply-add chains held in vector
+// registers (no memory traffic), compiled once per x86-64 instruction set as the library's host
+// kernels are, and run with the best set the CPU has.
+#pragma once
+
+#include <string>
+
+namespace kflash_bench {
+
+/// Instruction sets of the peak kernels, best last.
+enum class PeakIsa { baseline, avx2, avx512 };
+
+/// The best set this CPU runs ("baseline": SSE2, no fused multiply-add), and its name.
+PeakIsa best_peak_isa();
+const char* peak_isa_name(PeakIsa isa);
+
+/// Runs `iterations` steps of the fp32 (bytes = 4) or fp64 (bytes = 8) chains on the calling thread
+/// with `isa`; returns the floating-point operations done (2 per multiply-add). The result of the
+/// chains goes to a volatile sink.
+double run_fma_chains(PeakIsa isa, int bytes, long iterations);
+
+/// Whether the CPU has AVX512-BF16, and `iterations` steps of vdpbf16ps chains (4 operations per
+/// fp32 lane: two bf16 products added to the accumulator); 0 operations without it.
+bool has_bf16_dot();
+double run_bf16_dot_chains(long iterations);
+
+}  // namespace kflash_bench
