@@ -69,10 +69,10 @@ need_packages() {
 }
 
 # OpenMPI (libopenmpi-dev, openmpi-bin): the kflash::mpi component, its tests and kflash-mpi-bench.
-# gfortran: the Fortran module kflash and its tests.
+# gfortran: the Fortran module kflash and its tests. libdnnl-dev: oneDNN, a softmax peer in kflash-bench.
 base_packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
                libopenblas-dev nlohmann-json3-dev python3-matplotlib ca-certificates xz-utils
-               libopenmpi-dev openmpi-bin gfortran)
+               libopenmpi-dev openmpi-bin gfortran libdnnl-dev)
 
 # --- 2. Kokkos ----------------------------------------------------------------------------------
 # Asks CMake's find_package whether a Kokkos with the OpenMP backend is visible from the given root

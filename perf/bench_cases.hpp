@@ -11,6 +11,10 @@
 #if KFLASH_BENCH_HAS_HOST_PEAK
 #include "host_peak.hpp"
 #endif
+#if KFLASH_BENCH_HAS_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +39,7 @@ struct Shared {
   std::map<std::string, double> limit;
   std::map<std::string, double> baseline_seconds;
   std::map<std::string, double> baseline_extra_bytes;
+  std::map<std::string, std::string> baseline_name;  ///< the fastest baseline's variant, per case
 };
 inline Shared& shared() {
   static Shared s;
@@ -73,6 +78,13 @@ inline void set_rate(benchmark::State& state, double units_per_iteration, const 
   state.SetLabel(unit);
 }
 
+/// The work of one call for the roofline plot: floating-point operations and the minimum bytes
+/// moved. Row kernels count nominal operations per element (see row_ops).
+inline void set_work(benchmark::State& state, double flop, double bytes) {
+  state.counters["flop"] = flop;
+  state.counters["bytes"] = bytes;
+}
+
 /// Fraction of the limit `limit_key`, speed-up over the baseline of `case_key`, extra memory.
 inline void set_relative(benchmark::State& state, const std::string& limit_key, double units_per_second,
                          const std::string& case_key, double seconds, double extra_bytes) {
@@ -86,10 +98,13 @@ inline void set_relative(benchmark::State& state, const std::string& limit_key, 
     state.counters["baseline_extra_MiB"] = sh.baseline_extra_bytes[case_key] / (1 << 20);
 }
 
-inline void record_baseline(const std::string& case_key, double seconds, double extra_bytes) {
+inline void record_baseline(const std::string& case_key, double seconds, double extra_bytes, const std::string& name) {
   auto& sh = shared();
   auto it = sh.baseline_seconds.find(case_key);
-  if (it == sh.baseline_seconds.end() || seconds < it->second) sh.baseline_seconds[case_key] = seconds;
+  if (it == sh.baseline_seconds.end() || seconds < it->second) {
+    sh.baseline_seconds[case_key] = seconds;
+    sh.baseline_name[case_key] = name;
+  }
   sh.baseline_extra_bytes[case_key] = extra_bytes;
 }
 
@@ -240,6 +255,9 @@ void limit_gemm(benchmark::State& state, const std::string& backend, int threads
 // --- softmax, log_softmax, logsumexp --------------------------------------------------------------
 
 enum class RowKind { softmax, log_softmax, logsumexp };
+/// Nominal operations per element for the roofline: the maximum, the exponential (counted as
+/// one), the sum, and softmax's scaling or log_softmax's subtraction.
+inline double row_ops(RowKind k) { return k == RowKind::logsumexp ? 3 : 4; }
 inline const char* row_kind_name(RowKind k) {
   return k == RowKind::softmax ? "softmax" : k == RowKind::log_softmax ? "log_softmax" : "logsumexp";
 }
@@ -311,6 +329,38 @@ void baseline_rows(const Exec& exec, RowKind kind, int passes, const X& x, const
 /// One case: kind, type, rows x cols. `variant`: 0 = kflash, 2 or 3 = the baseline of that many passes.
 /// row_case's variant of SoftmaxStream, and its tile width.
 constexpr int stream_variant = 4;
+constexpr int onednn_variant = 5;
+
+#if KFLASH_BENCH_HAS_ONEDNN
+/// oneDNN's softmax or log_softmax forward (inference) over the rows of x into y, fp32 on the
+/// host, with `threads` OpenMP threads (oneDNN's CPU runtime here is OpenMP); the primitive is
+/// created once, outside the timed calls, as an application would cache it.
+class OneDnnRows {
+ public:
+  OneDnnRows(RowKind kind, index_t rows, index_t cols, float* x, float* y)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    const dnnl::memory::desc md({rows, cols}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+    src_ = dnnl::memory(md, engine_, x);
+    dst_ = dnnl::memory(md, engine_, y);
+    const auto algorithm = kind == RowKind::softmax ? dnnl::algorithm::softmax_accurate : dnnl::algorithm::softmax_log;
+    const dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, md, md, 1);
+    primitive_ = dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(desc, engine_));
+  }
+  void operator()(int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+    stream_.wait();
+    omp_set_num_threads(before);
+  }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::memory src_, dst_;
+  dnnl::softmax_v2_forward primitive_;
+};
+#endif
 constexpr index_t stream_tile = 4096;
 
 template <class Exec, class T>
@@ -339,6 +389,17 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
     set_relative(state, backend + "/copy_bw", bytes / s, key + "/one-shot", s, double(rows) * sizeof(kflash::SoftmaxState<T>));
     return;
   }
+#if KFLASH_BENCH_HAS_ONEDNN
+  if (variant == onednn_variant) {
+    if constexpr (std::is_same<T, float>::value && kflash::impl::ScheduleTraits<Exec>::is_host) {
+      OneDnnRows onednn(kind, rows, cols, x.data(), y.data());
+      const double s = run_timed(state, exec, [&] { onednn(exec.concurrency()); });
+      set_rate(state, double(rows) * cols * sizeof(T) * 2, "GB/s");
+      record_baseline(key, s, 0, "baseline_onednn");
+    }
+    return;
+  }
+#endif
   const double s = run_timed(state, exec, [&] {
     if (variant != 0) baseline_rows(exec, kind, variant, x, y, mx, sm);
     else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
@@ -349,7 +410,7 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 1 : 2);
   set_rate(state, bytes, "GB/s");
   if (variant != 0) {
-    record_baseline(key, s, 2.0 * rows * sizeof(T));  // the row maxima and sums
+    record_baseline(key, s, 2.0 * rows * sizeof(T), variant == 3 ? "baseline_3pass" : "baseline_2pass");  // row max, sum
     return;
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
@@ -361,7 +422,8 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
                double(kflash::impl::host::plan_host_rows<T>(kflash::impl::RowOp::softmax, plan).weights_bytes);
   }
   set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
-  record_baseline(key + "/one-shot", s, extra);
+  set_work(state, row_ops(kind) * double(rows) * double(cols), bytes);
+  record_baseline(key + "/one-shot", s, extra, "kflash");
 }
 
 // --- cross-entropy -------------------------------------------------------------------------------
@@ -407,13 +469,14 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
   const double bytes = double(rows) * cols * sizeof(T);  // one read of the logits
   set_rate(state, bytes, "GB/s");
   if (variant != 0) {
-    record_baseline(key, s, double(rows) * cols * sizeof(T));  // the log-probabilities
+    record_baseline(key, s, double(rows) * cols * sizeof(T), "baseline_log_softmax");  // the log-probabilities
     return;
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
   const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
   set_relative(state, backend + "/read_bw", bytes / s, key, s,
                double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<T>));
+  set_work(state, row_ops(RowKind::logsumexp) * double(rows) * double(cols), bytes);
 }
 
 // --- attention ---------------------------------------------------------------------------------
@@ -627,7 +690,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   if (c.decode) set_rate(state, bytes, "GB/s");
   else set_rate(state, flops, "GFLOP/s");
   if (variant != 0) {
-    record_baseline(key, s, double(c.Nq) * c.Nk * sizeof(T));
+    record_baseline(key, s, double(c.Nq) * c.Nk * sizeof(T), "baseline_materialised");
     return;
   }
   kflash::impl::AttentionPlan p;
@@ -644,6 +707,8 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
                                        : !host || KFLASH_BENCH_HAS_HOST_PEAK ? (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")
                                                                                     : gemm.substr(backend.size()));
   set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
+  set_work(state, flops,
+           (2.0 * c.B * c.H * double(c.Nq) * c.D + 2.0 * c.B * c.Hk * double(c.Nk) * c.D) * sizeof(T));  // Q, O, K, V once
   if (host && !c.decode && shared().limit.count(gemm) && shared().limit[gemm] > 0)
     state.counters["frac_of_blas_gemm"] = flops / s / shared().limit[gemm];
 }

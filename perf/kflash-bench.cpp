@@ -96,6 +96,11 @@ void register_backend(Registry& reg) {
       if (variant != 0 && variant != stream_variant && !host && sh.first < 1024) continue;
       // The stream: rows wider than its tile, softmax and log_softmax.
       if (variant == stream_variant && (kind == RowKind::logsumexp || sh.second <= stream_tile)) continue;
+#if KFLASH_BENCH_HAS_ONEDNN
+      if (variant == 3 && host && kind != RowKind::logsumexp && std::is_same<T, float>::value)
+        reg.add(base + "/baseline_onednn",
+                [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, onednn_variant); });
+#endif
       reg.add(base + (variant == 3   ? "/baseline_3pass"
                       : variant == 2 ? "/baseline_2pass"
                       : variant == 0 ? "/kflash"
@@ -207,9 +212,21 @@ std::string counter(const benchmark::BenchmarkReporter::Run& r, const char* name
   return it == r.counters.end() ? "-" : fmt(f, double(it->second) * scale);
 }
 
+/// The baseline a benchmark's speed-up divides by (its variant name without "baseline_"), or "".
+std::string speedup_baseline(const std::string& name) {
+  const auto last = name.rfind('/');
+  const std::string variant = name.substr(last + 1);
+  std::string key = name.substr(0, last);
+  if (variant.rfind("kflash_stream", 0) == 0) key += "/one-shot";
+  const auto& names = shared().baseline_name;
+  const auto it = names.find(key);
+  if (it == names.end()) return "";
+  return it->second.rfind("baseline_", 0) == 0 ? it->second.substr(9) : it->second;
+}
+
 void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
-  std::printf("\n%-7s %-12s %-28s %-22s %10s %14s %9s %9s %18s\n", "backend", "kernel", "shape", "variant",
-              "time [ms]", "rate", "of limit", "speed-up", "extra MiB (base)");
+  std::printf("\n%-7s %-12s %-28s %-22s %10s %14s %9s %9s %-13s %18s\n", "backend", "kernel", "shape", "variant",
+              "time [ms]", "rate", "of limit", "speed-up", "over", "extra MiB (base)");
   for (const auto& r : runs) {
     const std::string name = r.run_name.function_name;
     // backend/kernel/.../variant: the shape is everything between kernel and variant
@@ -220,10 +237,12 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
     const std::string unit = r.report_label.empty() ? "" : " " + r.report_label;
     std::string extra = counter(r, "extra_MiB", "%.1f");
     if (r.counters.count("baseline_extra_MiB")) extra += " (" + counter(r, "baseline_extra_MiB", "%.1f") + ")";
-    std::printf("%-7s %-12s %-28s %-22s %10.3f %14s %9s %9s %18s\n", backend.c_str(), kernel.c_str(),
+    const std::string over = r.counters.count("speedup_vs_baseline") ? speedup_baseline(name) : "";
+    std::printf("%-7s %-12s %-28s %-22s %10.3f %14s %9s %9s %-13s %18s\n", backend.c_str(), kernel.c_str(),
                 shape.c_str(), variant.c_str(), r.GetAdjustedRealTime(),
                 (counter(r, "rate", "%.2f", 1e-9) + unit).c_str(), counter(r, "frac_of_limit", "%.2f").c_str(),
-                counter(r, "speedup_vs_baseline", "%.2fx").c_str(), variant == "kflash" ? extra.c_str() : "");
+                counter(r, "speedup_vs_baseline", "%.2fx").c_str(), over.c_str(),
+                variant == "kflash" ? extra.c_str() : "");
   }
   std::printf(
       "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
@@ -231,9 +250,52 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
       "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
       "(fma_fp32/fp64: independent chains in registers on every thread, per instruction set on the host),\n"
       "all measured above in this run; the JSON also has host attention against sgemm/dgemm 2048^3 through\n"
-      "OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over the fastest baseline of the same case (kflash_stream*:\n"
-      "over kflash's one-shot kernel; the stream's tiles are read, written and read again). extra MiB: kflash\n"
-      "workspace, host softmax's team scratch included (baseline: its score buffer / row statistics).\n");
+      "OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over the fastest baseline of the same\n"
+      "case, named under 'over' (kflash_stream*: over kflash's one-shot kernel; the stream's tiles are read,\n"
+      "written and read again). extra MiB: kflash workspace, host softmax's team scratch included (baseline:\n"
+      "its score buffer / row statistics).\n");
+}
+
+/// The peers measured as baselines, and whether this build has them (Debian package to install).
+struct Peer {
+  const char* name;
+  bool present;
+  const char* role;
+  const char* package;
+};
+const Peer peers[] = {
+    {"OpenBLAS", KFLASH_BENCH_HAS_CBLAS != 0, "sgemm/dgemm baseline, materialised attention", "libopenblas-dev"},
+    {"oneDNN", KFLASH_BENCH_HAS_ONEDNN != 0, "softmax and log_softmax baseline (fp32, host)", "libdnnl-dev (2.x)"},
+};
+
+/// "OpenBLAS, oneDNN" or "OpenBLAS, oneDNN (missing)".
+std::string peer_list() {
+  std::string s;
+  for (const Peer& p : peers) s += (s.empty() ? "" : ", ") + std::string(p.name) + (p.present ? "" : " (missing)");
+  return s;
+}
+
+/// With --full, names each missing peer (a whole run is meant to have them all).
+void report_missing_peers(std::FILE* out) {
+  for (const Peer& p : peers)
+    if (!p.present)
+      std::fprintf(out, "kflash-bench: peer %s missing (%s): install %s and rebuild\n", p.name, p.role, p.package);
+}
+
+/// Adds to results.json what is known only after the run: every limit measured (context "limits":
+/// bytes/s or FLOP/s) and, for each benchmark with a speed-up, the baseline it divides by.
+void annotate_json(const std::string& path) {
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  in.close();
+  for (const auto& [key, value] : shared().limit) j["context"]["limits"][key] = value;
+  for (auto& b : j["benchmarks"]) {
+    if (!b.contains("speedup_vs_baseline")) continue;
+    const std::string name = std::regex_replace(b.at("name").get<std::string>(),
+                                                std::regex("/min_time:[^/]*|/iterations:[^/]*|/manual_time"), "");
+    b["speedup_over"] = speedup_baseline(name);
+  }
+  std::ofstream(path) << j.dump(1) << "\n";
 }
 
 std::string cpu_model() {
@@ -420,6 +482,8 @@ int main(int argc, char* argv[]) {
   benchmark::AddCustomContext("host_bf16_dot", has_bf16_dot() ? "AVX512-BF16" : "none");
 #endif
   benchmark::AddCustomContext("host_cpus", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("peers", peer_list());
+  if (opt.full) report_missing_peers(stderr);
 #if KFLASH_HAS_CUDA
   {
     cudaDeviceProp prop;
@@ -451,8 +515,10 @@ int main(int argc, char* argv[]) {
   benchmark::RunSpecifiedBenchmarks(&progress);
   benchmark::Shutdown();
   print_table(progress.runs());
+  if (opt.full) report_missing_peers(stdout);
 
   if (!opt.out.empty()) {
+    annotate_json(opt.out + "/results.json");
     std::printf("\nwrote %s/results.json\n", opt.out.c_str());
     // The script in the source tree, or installed beside the executable (bin/../share/kflash).
     std::string script = KFLASH_PLOT_SCRIPT;
