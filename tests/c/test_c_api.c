@@ -3,30 +3,12 @@
  * strides, memory kinds), each leaving its output untouched. Exits non-zero on any failure. */
 #include <kflash/kflash.h>
 
+#include "c_check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ++failures;                                            \
-      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fprintf(stderr, "\n");                                 \
-    }                                                        \
-  } while (0)
-
-static unsigned long long state = 88172645463325252ULL;
-static double uniform(double lo, double hi) { /* xorshift64 */
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
-}
 
 /* The reference of one row: its maximum and log(sum exp(x - max)), in long double. */
 static void reference_row(const double* x, long n, long double* m, long double* log_l) {

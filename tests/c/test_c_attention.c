@@ -4,32 +4,14 @@
  * input: each error returns its status, names the argument and writes nothing. */
 #include <kflash/kflash.h>
 
+#include "c_check.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      ++failures;                                                        \
-      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fprintf(stderr, "\n");                                             \
-    }                                                                    \
-  } while (0)
-
-static unsigned long long state = 0x9E3779B97F4A7C15ULL;
-static double uniform(double lo, double hi) { /* xorshift64 */
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return lo + (hi - lo) * (double)(state >> 11) / 9007199254740992.0;
-}
 
 /* A contiguous row-major array descriptor. */
 static kflash_array array(void* data, kflash_dtype dtype, int rank, const int64_t* extents) {
