@@ -125,6 +125,8 @@ TYPED_TEST(SoftmaxTest, AdversarialRows) {
     for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
     check_matrix<T, Kokkos::LayoutRight>(rows.size(), cols, flat, false, "adversarial");
     if (::testing::Test::HasFatalFailure()) return;
+    check_matrix<T, Kokkos::LayoutRight>(rows.size(), cols, flat, true, "adversarial in place");
+    if (::testing::Test::HasFatalFailure()) return;
     // Each adversarial row also alone as a rank-1 View (split across teams when long).
     for (auto& r : rows) check_vector<T>(r, 8 * eps<T>, true, "adversarial vector");
     if (::testing::Test::HasFatalFailure()) return;

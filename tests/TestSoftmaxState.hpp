@@ -223,8 +223,8 @@ TYPED_TEST(SoftmaxStateTest, HostKernelExpAccuracy) {
 
 TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
   // The tile recurrence is one template over lane-block policies: the host kernels' vector lanes
-  // (each compiled variant) against the plain scalar lanes, tile by tile as the host kernels merge
-  // them, on rows of every length up to three tiles and a few past (a tail past whole blocks, a
+  // (each compiled variant) against the plain scalar lanes, tile by tile through RowTiles as the
+  // host kernels add them (against the running maximum unless a tile overshoots it), on rows of every length up to three tiles and a few past (a tail past whole blocks, a
   // partial last tile), of normal values, of values spread over 1e4, and with -inf entries. The
   // maxima agree bit for bit, and so do the sums of the baseline variant (no contraction, the same
   // exp); AVX2 and AVX-512 contract the exp polynomial into multiply-adds, and AVX-512 fp64 takes
@@ -247,12 +247,14 @@ TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
         for (auto& v : x) v = T(kind == 1 ? 1e4 * normal(gen) : normal(gen));
         if (kind == 2)
           for (std::size_t i = 0; i < x.size(); i += 3) x[i] = -inf<T>;
-        kflash::SoftmaxState<T> ref = kflash::SoftmaxState<T>::identity();
+        kflash::impl::RowTiles<Lanes, T> tiles;
         for (index_t b = 0; b < n; b += tile) {
-          const auto t = kflash::impl::tile_state<Lanes, T>(b, std::min(n, b + tile), ElementOf<T>{x.data()}, Discard<T>{});
-          if (b == 0) ref = t;
-          else ref.merge(t);
+          const index_t e = std::min(n, b + tile);
+          T ref;
+          if (!tiles.try_running_max() || !tiles.add_against_running_max(b, e, ElementOf<T>{x.data()}, Discard<T>{}, tiles.slack, ref))
+            tiles.add_own_max(b, e, ElementOf<T>{x.data()}, Discard<T>{});
         }
+        const kflash::SoftmaxState<T> ref = tiles.state;
         const auto got = host::row_state(which, x.data(), n);
         const std::string where = std::string(host::isa_name(which)) + " n = " + std::to_string(n) +
                                   " kind " + std::to_string(kind);

@@ -93,8 +93,18 @@ inline void prefetch_ahead(const T* x, index_t e, index_t n) {
 #endif
 }
 
-/// The state pass over x[0, n), a tile at a time. With w, the weights exp(x - tile max) go to
-/// w[0, n) and tile t's maximum to tile_max[t]. With sum_logits, the sum of x goes to `logits` (a
+/// Stores weights into a tile buffer (buf[i - b]), for a state pass that writes over its values.
+template <class T>
+struct TileBufferStore {
+  T* buf;
+  index_t b;
+  void operator()(index_t i, T w) const { buf[i - b] = w; }
+};
+
+/// The state pass over x[0, n), a tile at a time, through RowTiles (tile_state.hpp). With w, the
+/// weights go to w[0, n) and tile t's reference (the running maximum before it, or its own
+/// maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum then keeps its
+/// weights in a buffer until it is kept. With sum_logits, the sum of x goes to `logits` (a
 /// compensated sum of the tiles' sums, each taken while its tile is in the cache).
 template <class T, int VB>
 struct StatePass {
@@ -103,26 +113,36 @@ struct StatePass {
   T* w = nullptr;
   T* tile_max = nullptr;
   bool sum_logits = false;
-  SoftmaxState<T> state = SoftmaxState<T>::identity();
+  RowTiles<VectorLanes<T, VB>, T> rows = {};
   SoftmaxState<T> logits = SoftmaxState<T>::identity();
+
+  const SoftmaxState<T>& state() const { return rows.state; }
 
   /// The tile from b (a multiple of HostTraits::tile).
   void tile(index_t b) {
     const index_t e = b + HostTraits::tile < n ? b + HostTraits::tile : n;
     prefetch_ahead(x, e, n);
-    SoftmaxState<T> t;
-    if (w != nullptr) {
-      t = tile_state<VectorLanes<T, VB>, T>(b, e, Load<T>{x}, Store<T>{w});
-      tile_max[b / HostTraits::tile] = t.max;
-    } else {
-      t = tile_state<VectorLanes<T, VB>, T>(b, e, Load<T>{x}, NoStore<T>{});
+    const Load<T> value{x};
+    bool kept = false;
+    if (rows.try_running_max()) {
+      T ref;
+      if (w == nullptr) {
+        kept = rows.add_against_running_max(b, e, value, NoStore<T>{}, rows.slack, ref);
+      } else if (w != x) {
+        kept = rows.add_against_running_max(b, e, value, Store<T>{w}, T(0), ref);
+      } else {
+        T buf[HostTraits::tile];
+        kept = rows.add_against_running_max(b, e, value, TileBufferStore<T>{buf, b}, T(0), ref);
+        if (kept)
+          for (index_t i = b; i < e; ++i) w[i] = buf[i - b];
+      }
+      if (kept && w != nullptr) tile_max[b / HostTraits::tile] = ref;
     }
-    if (b == 0) {
-      state = t;  // merging into the identity would only cost two exps
-    } else {
-      state.merge(t);
+    if (!kept) {
+      const T m = w != nullptr ? rows.add_own_max(b, e, value, Store<T>{w}) : rows.add_own_max(b, e, value, NoStore<T>{});
+      if (w != nullptr) tile_max[b / HostTraits::tile] = m;
     }
-    if (sum_logits) logits.add_term(impl::tile_sum<VectorLanes<T, VB>, T>(b, e, Load<T>{x}));
+    if (sum_logits) logits.add_term(impl::tile_sum<VectorLanes<T, VB>, T>(b, e, value));
   }
   void all() {
     for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);
@@ -133,14 +153,14 @@ template <class T, int VB>
 SoftmaxState<T> row_state(const T* x, index_t n) {
   StatePass<T, VB> pass{x, n};
   pass.all();
-  return pass.state;
+  return pass.state();
 }
 
 template <class T, int VB>
 LogitStats<T> row_logit_stats(const T* x, index_t n) {
   StatePass<T, VB> pass{x, n, nullptr, nullptr, true};
   pass.all();
-  return LogitStats<T>{pass.state, pass.logits, T(0)};
+  return LogitStats<T>{pass.state(), pass.logits, T(0)};
 }
 
 template <class T, int VB>
@@ -234,10 +254,10 @@ void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, Sta
 /// scaled before `beside` computes it). y may be done's w (in place).
 template <class T, int VB>
 void scale_pass_beside(const StatePass<T, VB>& done, T* y, bool stream, StatePass<T, VB>* beside) {
-  const T inv_sum = SoftmaxNormalizer<T>(done.state).inv_sum;
+  const T inv_sum = SoftmaxNormalizer<T>(done.state()).inv_sum;
   for (index_t b = 0; b < done.n; b += HostTraits::tile) {
     const index_t e = b + HostTraits::tile < done.n ? b + HostTraits::tile : done.n;
-    const T f = SoftmaxState<T>::weight(done.tile_max[b / HostTraits::tile], done.state.max) * inv_sum;
+    const T f = SoftmaxState<T>::weight(done.tile_max[b / HostTraits::tile], done.state().max) * inv_sum;
     write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
     if (beside != nullptr) beside->tile(b);
   }
@@ -279,7 +299,7 @@ void run_rows(const RowBlock<T>& blk) {
   for (index_t r = 0; r < blk.rows; ++r) {
     const T* x = blk.x + r * blk.ldx;
     const StatePass<T, VB> done = next;
-    const SoftmaxState<T> s = done.state;
+    const SoftmaxState<T> s = done.state();
     const bool more = r + 1 < blk.rows;
     if (more) next = pass_of(r + 1);
     if (stored) {

@@ -191,6 +191,92 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F&
   return tile_state<Lanes, T>(tile_max<Lanes, T>(b, e, value), b, e, value, store);
 }
 
+/// Weight terms exp(value(i) - ref) against a reference that the values may exceed, with the
+/// values' maximum (NaN ignored) taken in the same loop: whole blocks into `max`, the rest into
+/// `tail_max`. exp_nonpositive and the host's vector exps hold for arguments up to about 88 (fp32)
+/// as well; RowTiles drops a tile whose arguments exceed RowTiles::slack.
+template <class Lanes, class T, class F>
+struct WeightsAgainst {
+  F value;
+  T ref;
+  typename Lanes::Block* max;
+  T* tail_max;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const {
+    const T v = value(i);
+    *tail_max = v > *tail_max ? v : *tail_max;
+    return exp_nonpositive(v - ref);
+  }
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
+    Lanes::max(*max, value, i);
+    Lanes::exp_block(value, i, ref, w);
+  }
+};
+
+/// A row's state built from its tiles in order. A tile is first summed in one pass against the
+/// running maximum (its weights and its maximum in the same loop): when no value exceeds the
+/// running maximum by more than the slack allowed, its sum joins l with no merge, and l is
+/// rescaled once if the tile raised the maximum. A tile that overshoots goes through the tile recurrence against
+/// its own maximum (its maximum first, then its weights, then the merge). The caller asks
+/// try_running_max(), then calls add_against_running_max, and add_own_max if that one declined.
+template <class Lanes, class T>
+struct RowTiles {
+  /// The slack of tiles whose weights are only summed: weights against the running maximum stay
+  /// below e^64, inside every exp's range (fp32's ends near e^88) with room for a tile's sum.
+  /// Stored weights get none: softmax scales them by exp(reference - row maximum), which would
+  /// underflow for probabilities near the smallest normal number if the reference were below
+  /// their tile's maximum.
+  static constexpr T slack = T(64);
+  SoftmaxState<T> state = SoftmaxState<T>::identity();
+  index_t tiles = 0;
+  index_t computed_twice = 0;  ///< tiles tried against the running maximum and declined
+
+  /// Not for the first tile, nor against a maximum that is not finite, nor once tiles keep
+  /// overshooting (more than 2 + tiles / 8 declined: then each try costs a pass).
+  KOKKOS_INLINE_FUNCTION bool try_running_max() const {
+    return tiles > 0 && is_finite(state.max) && computed_twice <= 2 + tiles / 8;
+  }
+
+  /// Adds the tile [b, e) against the running maximum, handing store its weights against it, and
+  /// returns true with that reference in `ref`; returns false and adds nothing if a value is above
+  /// it by more than `allowed` (slack, or 0 for stored weights; store may then have been called
+  /// with meaningless weights).
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION bool add_against_running_max(index_t b, index_t e, const F& value, const Store& store,
+                                                      T allowed, T& ref) {
+    ref = state.max;
+    typename Lanes::Block max;
+    Lanes::fill(max, -infinity<T>());
+    T tail_max = -infinity<T>();
+    TileSums<Lanes, T> sums;
+    sums.add(b, e, WeightsAgainst<Lanes, T, F>{value, ref, &max, &tail_max}, store);
+    const T block_max = Lanes::max_lanes(max);
+    const T m = block_max > tail_max ? block_max : tail_max;
+    if (m > ref + allowed) {
+      ++computed_twice;
+      return false;
+    }
+    state.add_term(sums.state(ref).total());
+    if (m > ref) {  // the maximum rose: l = sum exp(x - ref) becomes sum exp(x - m)
+      state.rescale(exp_nonpositive(ref - m));
+      state.max = m;
+    }
+    ++tiles;
+    return true;
+  }
+
+  /// Adds the tile [b, e) through the tile recurrence; returns its maximum (its weights' reference).
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION T add_own_max(index_t b, index_t e, const F& value, const Store& store) {
+    const T m = tile_max<Lanes, T>(b, e, value);
+    const SoftmaxState<T> t = tile_state<Lanes, T>(m, b, e, value, store);
+    if (tiles == 0) state = t;  // merging into the identity would only cost two exps
+    else state.merge(t);
+    ++tiles;
+    return m;
+  }
+};
+
 /// The sum of value(i), i in [b, e), over Lanes' blocks (the lanes added by their tree; a tile is
 /// short, so its plain sum is accurate; tiles' sums are then added compensated).
 template <class Lanes, class T, class F>
