@@ -530,6 +530,7 @@ int main(int argc, char* argv[]) {
     }
     const std::string cmd = "/usr/bin/python3 '" + script + "' '" + opt.out + "/results.json' '" + opt.out +
                             "/summary.png'";
+    std::fflush(stdout);  // the script's lines after the table's, not inside it
     if (std::system(cmd.c_str()) == 0) std::printf("wrote %s/summary.png\n", opt.out.c_str());
     else std::printf("summary.png not written: plotting needs /usr/bin/python3 with matplotlib (%s)\n", script.c_str());
   }
