@@ -98,7 +98,7 @@ template <class T>
 struct TileBufferStore {
   T* buf;
   index_t b;
-  void operator()(index_t i, T w) const { buf[i - b] = w; }
+  KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { buf[i - b] = w; }
 };
 
 /// The state pass over x[0, n), a tile at a time, through RowTiles (tile_state.hpp). With w, the
