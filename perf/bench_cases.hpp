@@ -703,9 +703,8 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   // the same threads: "as fast as the BLAS" is a claim of its own.
   const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
   const std::string gemm = backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm");
-  const std::string limit = backend + (c.decode                                     ? "/read_bw"
-                                       : !host || KFLASH_BENCH_HAS_HOST_PEAK ? (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")
-                                                                                    : gemm.substr(backend.size()));
+  const std::string peak = backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64");
+  const std::string limit = c.decode ? backend + "/read_bw" : !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : gemm;
   set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
   set_work(state, flops,
            (2.0 * c.B * c.H * double(c.Nq) * c.D + 2.0 * c.B * c.Hk * double(c.Nk) * c.D) * sizeof(T));  // Q, O, K, V once

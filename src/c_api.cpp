@@ -175,11 +175,23 @@ void check_array(const char* function, const char* name, const kflash_array& a) 
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has elements but its data is NULL");
 }
 
-/// A required array: not NULL, of one of the ranks the call takes and of dtype T.
+/// A required array: not NULL, of the rank the call takes and of dtype T. An output (`written`)
+/// may not give a stride of 0 to an extent above 1 (unless all strides are 0: contiguous), which
+/// would write its elements over each other.
 template <class T>
-const kflash_array& required(const char* function, const char* name, const kflash_array* a, int rank) {
+const kflash_array& required(const char* function, const char* name, const kflash_array* a, int rank,
+                             bool written = false) {
   if (a == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
   check_array(function, name, *a);
+  bool contiguous = true, overlapping = false;
+  for (int d = 0; d < a->rank; ++d) {
+    contiguous = contiguous && a->stride[d] == 0;
+    overlapping = overlapping || (a->stride[d] == 0 && a->extent[d] > 1);
+  }
+  if (written && overlapping && !contiguous)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         describe(name, *a) +
+             " is written, and a stride of 0 on an extent above 1 would write elements over each other");
   if (a->dtype != dtype_of<T>())
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *a) + " must have the dtype of the first array, " +
                                                       dtype_name(dtype_of<T>()));
@@ -289,9 +301,9 @@ void attention_call(const char* function, kflash_memory memory, const kflash_arr
                     const kflash_attention_options& options) {
   const kflash_array& kk = required<T>(function, "k", k, R);
   const kflash_array& vv = required<T>(function, "v", v, R);
-  const kflash_array& oo = required<T>(function, "o", o, R);
+  const kflash_array& oo = required<T>(function, "o", o, R, true);
   const bool has_lse = lse != nullptr && lse->data != nullptr;
-  if (has_lse) required<T>(function, "lse", lse, R - 1);
+  if (has_lse) required<T>(function, "lse", lse, R - 1, true);
   on_memory(memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     const kflash::AttentionOptions opt = cxx_options<Exec>(function, options);
@@ -321,8 +333,8 @@ void merge_typed(const char* function, kflash_memory memory, const kflash_array*
                  const kflash_array* lse_parts, const kflash_array* o, const kflash_array* lse) {
   const kflash_array& op = required<T>(function, "o_parts", o_parts, 5);
   const kflash_array& lp = required<T>(function, "lse_parts", lse_parts, 4);
-  const kflash_array& ov = required<T>(function, "o", o, 4);
-  const kflash_array& lv = required<T>(function, "lse", lse, 3);
+  const kflash_array& ov = required<T>(function, "o", o, 4, true);
+  const kflash_array& lv = required<T>(function, "lse", lse, 3, true);
   on_memory(memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     kflash::merge_attention(exec, strided_view<Exec, const T, 5>(op), strided_view<Exec, const T, 4>(lp),
@@ -331,7 +343,7 @@ void merge_typed(const char* function, kflash_memory memory, const kflash_array*
   });
 }
 
-/// The floating type of a call's first array: calls f.template operator()<T>().
+/// The floating type of a call's first array: calls f(T()) for T float or double.
 template <class F>
 void on_float_type(const char* function, const char* name, const kflash_array* first, F&& f) {
   if (first == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");

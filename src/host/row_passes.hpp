@@ -103,8 +103,8 @@ struct TileBufferStore {
 
 /// The state pass over x[0, n), a tile at a time, through RowTiles (tile_state.hpp). With w, the
 /// weights go to w[0, n) and tile t's reference (the running maximum before it, or its own
-/// maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum then keeps its
-/// weights in a buffer until it is kept. With sum_logits, the sum of x goes to `logits` (a
+/// maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum then
+/// keeps its weights in a buffer until it is kept. With sum_logits, the sum of x goes to `logits` (a
 /// compensated sum of the tiles' sums, each taken while its tile is in the cache).
 template <class T, int VB>
 struct StatePass {
@@ -139,7 +139,8 @@ struct StatePass {
       if (kept && w != nullptr) tile_max[b / HostTraits::tile] = ref;
     }
     if (!kept) {
-      const T m = w != nullptr ? rows.add_own_max(b, e, value, Store<T>{w}) : rows.add_own_max(b, e, value, NoStore<T>{});
+      const T m =
+          w != nullptr ? rows.add_own_max(b, e, value, Store<T>{w}) : rows.add_own_max(b, e, value, NoStore<T>{});
       if (w != nullptr) tile_max[b / HostTraits::tile] = m;
     }
     if (sum_logits) logits.add_term(impl::tile_sum<VectorLanes<T, VB>, T>(b, e, value));

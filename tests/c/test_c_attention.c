@@ -284,6 +284,13 @@ static void errors(void) {
         "null q data");
   CHECK(strstr(kflash_last_error(), "q (2, 3, 4, 8) float32 has elements but its data is NULL") != NULL, "%s",
         kflash_last_error());
+  /* An output whose strides would write its elements over each other. */
+  kflash_array overlapping_o = ao;
+  overlapping_o.stride[0] = 96, overlapping_o.stride[1] = 32, overlapping_o.stride[2] = 0, overlapping_o.stride[3] = 1;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &overlapping_o, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
+        "o with a zero stride");
+  CHECK(strstr(kflash_last_error(), "o (2, 3, 4, 8) float32 is written, and a stride of 0") != NULL, "%s",
+        kflash_last_error());
   /* Mixed types, a bad rank, a bad option, options not set up, a bad schedule. */
   kflash_array f64_k = ak;
   f64_k.dtype = KFLASH_FLOAT64;

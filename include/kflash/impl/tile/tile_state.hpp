@@ -216,9 +216,10 @@ struct WeightsAgainst {
 /// A row's state built from its tiles in order. A tile is first summed in one pass against the
 /// running maximum (its weights and its maximum in the same loop): when no value exceeds the
 /// running maximum by more than the slack allowed, its sum joins l with no merge, and l is
-/// rescaled once if the tile raised the maximum. A tile that overshoots goes through the tile recurrence against
-/// its own maximum (its maximum first, then its weights, then the merge). The caller asks
-/// try_running_max(), then calls add_against_running_max, and add_own_max if that one declined.
+/// rescaled once if the tile raised the maximum. A tile that overshoots goes through the tile
+/// recurrence against its own maximum (its maximum first, then its weights, then the merge). The
+/// caller asks try_running_max(), then calls add_against_running_max, and add_own_max if that one
+/// declined.
 template <class Lanes, class T>
 struct RowTiles {
   /// The slack of tiles whose weights are only summed: weights against the running maximum stay
