@@ -74,8 +74,9 @@ void attention_tile(const AttentionTile<T>& t) {
     T* s = t.s + r * t.bk;
     T* o = t.o + r * t.dvp;
     const OutputFactors<T> f = tile_step<VectorLanes<T, VB>, T>(t.state[r], t.keys[r], t.nk, Load<T>{s}, Store<T>{s});
-    for (index_t j = 0; j < t.nk; ++j) s[j] = f.weight(s[j]);
-    for (index_t d = 0; d < t.dvp; ++d) o[d] = f.kept(o[d]);
+    // The weights left in s are final (tile_step's fb is 1); O is rescaled where the maximum rose.
+    if (f.fa != T(1))
+      for (index_t d = 0; d < t.dvp; ++d) o[d] = f.kept(o[d]);
   }
   gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk);
 }

@@ -157,14 +157,17 @@ KOKKOS_INLINE_FUNCTION T staged_score(const Stage& stage, T raw, const RowAt& ro
 }
 
 /// A row's step over one tile whose nk scores score(j) are in: the score stage (store(j, s) puts
-/// the masked scores back), the tile's state by Lanes with its weights handed to store, and the
-/// merge into the row's state. Returns the factors that update the row's O.
+/// the masked scores back), the tile's maximum, then its state by Lanes against the row's new
+/// maximum (the larger of the two) with its weights handed to store, and the merge into the row's
+/// state. Weights against the new maximum are final (the merge's factor fb for them is 1): only
+/// the row's l and O are rescaled. Returns the factors that update the row's O.
 template <class Lanes, class T, class Score, class Store>
 KOKKOS_INLINE_FUNCTION OutputFactors<T> tile_step(SoftmaxState<T>& row, const KeyRange& keys, index_t nk,
                                                   const Score& score, const Store& store) {
   if (keys.begin > 0 || keys.end < nk)  // some pairs hidden
     for (index_t j = 0; j < nk; ++j) store(j, score_stage(score(j), keys, j));
-  return OutputFactors<T>::merge(row, tile_state<Lanes, T>(index_t(0), nk, score, store));
+  const T m = tile_max<Lanes, T>(index_t(0), nk, score);
+  return OutputFactors<T>::merge(row, tile_state<Lanes, T>(m > row.max ? m : row.max, index_t(0), nk, score, store));
 }
 
 }  // namespace kflash::impl

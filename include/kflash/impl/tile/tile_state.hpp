@@ -176,8 +176,8 @@ struct TileSums {
   }
 };
 
-/// The state of value(i), i in [b, e), whose maximum (NaN ignored) is m: the weights against m,
-/// each also handed to store(i, weight).
+/// The state of value(i), i in [b, e), against a reference m at least their maximum (NaN ignored):
+/// the weights exp(value(i) - m), each also handed to store(i, weight), and m as the state's max.
 template <class Lanes, class T, class F, class Store>
 KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(T m, index_t b, index_t e, const F& value, const Store& store) {
   TileSums<Lanes, T> sums;
