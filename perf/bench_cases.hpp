@@ -697,7 +697,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
   p.window_left = attn_mask(c).left, p.window_right = attn_mask(c).right;
   p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
-  const double extra = p.nsplits > 1 ? double(p.nsplits * c.B * c.H * c.Nq * (c.D + 1)) * sizeof(T) : 0;
+  const double extra = double(kflash::impl::AttentionWorkspace<T, mem>(p).bytes);
   // Attention is held against the multiply-add peak (the host's measured per instruction set
   // where kflash-bench has its peak kernels), and on host backends also against the BLAS GEMM of
   // the same threads: "as fast as the BLAS" is a claim of its own.

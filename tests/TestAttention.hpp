@@ -84,6 +84,33 @@ TYPED_TEST(AttentionTest, SchedulesAgree) {
   }
 }
 
+TYPED_TEST(AttentionTest, HostKernelsPackKeysOncePerHead) {
+  // Where the host kernels run and a K/V head has several blocks of query rows, K is packed
+  // transposed once per head for all of them (the plan's packed_ld). The cases with several blocks
+  // per head above go through it (SchedulesAgree with its splits, LayoutStrideBNHD with strided K,
+  // CausalBottomRight); here, that the plan asks for it where it should, and a window, whose tiles
+  // start at each block's first visible key rather than at a multiple of the tile.
+  using T = TypeParam;
+  using Traits = kflash::impl::ScheduleTraits<AExec>;
+  if (!Traits::host_kernels) GTEST_SKIP() << "no host kernels on this execution space";
+  kflash::impl::AttentionPlan p;
+  p.B = 1, p.Hq = 3, p.Hk = 1, p.Nq = 41, p.Nk = 777, p.D = p.Dv = 32;
+  const auto packed = kflash::impl::plan_attention<T, Traits>(AExec(), p);
+  ASSERT_GT(packed.nqb, 1);
+  EXPECT_GE(packed.packed_ld, p.Nk + packed.bk);  // a tile from any key reads bk packed keys
+  EXPECT_EQ(packed.packed_ld % packed.bk, 0);
+  using Workspace = kflash::impl::AttentionWorkspace<T, typename AExec::memory_space>;
+  EXPECT_GE(Workspace(packed).bytes, sizeof(T) * std::size_t(p.Hk * p.D * packed.packed_ld));
+  p.Nq = 5;  // one block per head: staged by that block
+  EXPECT_EQ((kflash::impl::plan_attention<T, Traits>(AExec(), p).packed_ld), 0);
+  p.Nq = 41, p.ragged = true;  // varlen and paged keys: staged
+  EXPECT_EQ((kflash::impl::plan_attention<T, Traits>(AExec(), p).packed_ld), 0);
+
+  kflash::AttentionOptions opt;
+  opt.window_left = 37;
+  opt.window_right = 5;
+  run_attention<T>(make_attn_data<T>({2, 4, 2, 90, 203, 16, 16}, 65), opt, false, "packed keys, window");
+}
 
 template <class T, class Shape>
 void team_schedule_cases() {

@@ -62,7 +62,7 @@ void attention_tile(const AttentionTile<T>& t) {
     if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
       gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D);
     } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
-      gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.bk, t.s, t.bk, t.rows, t.bk, t.D);
+      gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, t.bk, t.D);
     }
     if (t.softcap != T(0) || t.score_rows != nullptr)
       for (index_t r = 0; r < t.rows; ++r)

@@ -8,6 +8,27 @@
 
 namespace kflash::impl::host {
 
+/// K transposed once per K/V head for all the head's query blocks (plan's packed_ld > 0): element d
+/// of key j of head (b, hk) at packed[((b * Hk + hk) * D + d) * ld + j], keys [Nk, ld) zero. One
+/// work item per bk keys of a head.
+template <class KV, class T>
+struct PackKeys {
+  KV k;
+  T* packed;
+  index_t Hk, Nk, D, ld, bk;
+
+  void operator()(index_t item) const {
+    const index_t per_head = ld / bk, bh = item / per_head, j0 = item % per_head * bk;
+    const index_t b = bh / Hk, hk = bh % Hk;
+    const index_t valid = Nk - j0 < bk ? (Nk > j0 ? Nk - j0 : 0) : bk;
+    T* out = packed + bh * D * ld + j0;
+    for (index_t j = 0; j < valid; ++j)
+      for (index_t d = 0; d < D; ++d) out[d * ld + j] = k(b, hk, j0 + j, d);
+    for (index_t d = 0; d < D; ++d)
+      for (index_t j = valid; j < bk; ++j) out[d * ld + j] = T(0);
+  }
+};
+
 template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
   using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
@@ -16,6 +37,8 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   using ScoreRows = Kokkos::View<TileScoreRow<T>*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   static constexpr bool user_functors = Stage::user_score || Stage::user_mask;
+  /// K packed by PackKeys (null: each block stages its tiles of K).
+  const T* packed_keys = nullptr;
 
   /// q, K transposed, V, scores, O (V and O padded), states, each row's keys and score stage in the
   /// tile.
@@ -69,13 +92,15 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), keys.data(),
                           nrows,     0,         p.bk,      p.D,       p.dvp};
     tile.ldv = p.dvp;
+    tile.ldkt = p.bk;
     tile.softcap = so.softcap;
     tile.inv_softcap = so.inv_softcap;
     tile.score_rows = per_row ? score_rows.data() : nullptr;
-    // Rows of K and V with unit stride are read in place (V when no padding is needed): K by dot
-    // products for blocks of at most dot_rows query rows (decode), where staging K transposed would
-    // cost more than the products; V always.
-    const bool k_in_place = k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
+    // K packed for the head's blocks is read there. Otherwise rows of K and V with unit stride are
+    // read in place (V when no padding is needed): K by dot products for blocks of at most dot_rows
+    // query rows (decode), where staging K transposed would cost more than the products; V always.
+    const T* packed = packed_keys != nullptr ? packed_keys + (b * p.Hk + hk) * p.D * p.packed_ld : nullptr;
+    const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
     const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
     for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
       // A tile ends where the keys' contiguous run does (a page of a paged cache).
@@ -85,7 +110,10 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (v_end < end) end = v_end;
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
-      if (k_in_place) {
+      if (packed != nullptr) {
+        tile.kt = packed + t0;
+        tile.ldkt = p.packed_ld;
+      } else if (k_in_place) {
         tile.k = &k(b, hk, t0, 0);
         tile.ldk = index_t(k.stride(2));
       } else {
@@ -104,12 +132,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         keys(r) = this->keys_of(w, row.i).in_tile(t0, tile.nk);
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
-      if (k_in_place && v_in_place) {  // the next tile's rows, asked for while this one is computed
-        const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
-        for (index_t j = end; j < next_end; ++j) {
-          prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
-          prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
-        }
+      // The next tile's rows read in place, asked for while this one is computed.
+      const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
+      for (index_t j = end; j < next_end; ++j) {
+        if (k_in_place) prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
+        if (v_in_place) prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
       }
       if constexpr (!user_functors) {
         attention_tile(tile);

@@ -93,11 +93,12 @@ struct TileScoreRow {
 ///   tile's (m, l) and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
 /// q (rows x D, pre-scaled), o (rows x dvp) and s (rows x bk) row-major and contiguous; the keys
 /// either as k (nk rows of D, row stride ldk: K in place, dot products) or, when k is null, as kt
-/// (D x bk: K transposed, broadcast products); v: nk rows of dvp values, row stride ldv. bk and dvp
-/// are multiples of HostTraits::attention_pad; nk <= bk keys are valid. keys[r] are the tile's keys
-/// row r sees, as indices within the tile. Before the tile state, the built-in score stage runs on
-/// each row's visible scores, one pass per modifier: softcap (when softcap != 0), then ALiBi, bias
-/// and mask as score_rows[r] gives them (score_rows null: none of the three).
+/// (D rows of bk keys, row stride ldkt: K transposed, broadcast products); v: nk rows of dvp
+/// values, row stride ldv. bk and dvp are multiples of HostTraits::attention_pad; nk <= bk keys are
+/// valid. keys[r] are the tile's keys row r sees, as indices within the tile. Before the tile state,
+/// the built-in score stage runs on each row's visible scores, one pass per modifier: softcap (when
+/// softcap != 0), then ALiBi, bias and mask as score_rows[r] gives them (score_rows null: none of
+/// the three).
 template <class T>
 struct AttentionTile {
   const T* q;
@@ -110,6 +111,7 @@ struct AttentionTile {
   index_t rows, nk, bk, D, dvp;
   const T* k = nullptr;
   index_t ldk = 0;
+  index_t ldkt = 0;
   index_t ldv = 0;
   TilePart part = TilePart::whole;
   T softcap = T(0), inv_softcap = T(0);

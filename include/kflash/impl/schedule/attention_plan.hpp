@@ -28,6 +28,8 @@ struct AttentionPlan {
   index_t team_size = 1;     // threads per team
   int team_dv = 0;           // team schedule: the shape's output width (0: AttentionKernel)
   bool team_narrow = false;  // team schedule: the shape of 8-row blocks
+  index_t packed_ld = 0;     // host kernels: > 0 where K is packed transposed once per K/V head
+                             // (host::PackKeys), each head's D rows this many keys apart
 };
 
 /// Splits the keys across teams where there are too few blocks to fill the machine (or as p's
@@ -109,7 +111,14 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
     p = with_shape<Traits, Shape>(p);
   });
-  return plan_splits<Traits>(exec, p);
+  p = plan_splits<Traits>(exec, p);
+  // The host kernels' blocks of more than dot_rows rows read K transposed. Where a K/V head has
+  // several blocks, K is packed once for all of them rather than staged by each (dense keys only:
+  // varlen and paged keys are staged). The keys run past Nk by a tile of zeros, so that every tile
+  // reads bk packed keys whatever key it starts at.
+  if constexpr (Traits::host_kernels)
+    if (!p.ragged && p.nqb > 1) p.packed_ld = (p.Nk + p.bk - 1) / p.bk * p.bk + p.bk;
+  return p;
 }
 
 /// A block mask (a hint for speed): blocks(b, h, i / rows, j / keys) false says that no pair of that

@@ -33,52 +33,83 @@ struct AttentionTerms {
   BlockMask block_mask;
 };
 
-/// Runs a planned call with the kernel of Shape.
+/// Launches the kernel of Shape on a planned call: into o and lse, or, with Partial, into split
+/// K/V's partial results, one part per key split. packed: K packed by PackKeys, for the host kernel.
+template <bool Partial, class Traits, class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV,
+          class VV, class OV, class LV>
+void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
+                      const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse,
+                      const typename OV::non_const_value_type* packed) {
+  using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, OV, LV, Partial>;
+  Kernel kernel{{q, k, v, o, lse, has_lse, p, terms.scale, terms.stage, terms.sinks, terms.block_mask, 0, seq}};
+  if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_keys = packed;
+  const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
+  const std::size_t bytes = Kernel::scratch_bytes(p);
+  kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+  const char* label = Partial ? "kflash::attention split_kv" : "kflash::attention";
+  if (p.ragged) {  // teams of unequal work: handed out as threads free up
+    using Dynamic = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+    Kokkos::parallel_for(label,
+                         Dynamic(exec, int(league), int(p.team_size), 1)
+                             .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                         kernel);
+    return;
+  }
+  Kokkos::parallel_for(label,
+                       Kokkos::TeamPolicy<ExecSpace>(exec, int(league), int(p.team_size), 1)
+                           .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                       kernel);
+}
+
+/// Where a planned call keeps what its kernels share, in one workspace: K packed for the host
+/// kernels (plan's packed_ld > 0: D x packed_ld values per K/V head), then split K/V's partial lse
+/// and O (nsplits > 1). Offsets and size in bytes; bytes = 0 when the call needs none.
+template <class T, class MemorySpace>
+struct AttentionWorkspace {
+  std::size_t packed = 0, lse = 0, o = 0, bytes = 0;
+
+  explicit AttentionWorkspace(const AttentionPlan& p) {
+    using Scratch = CachedWorkspace<MemorySpace>;
+    lse = Scratch::aligned(sizeof(T) * std::size_t(p.B * p.Hk * p.D * p.packed_ld));
+    const std::size_t lse_count = p.nsplits > 1 ? std::size_t(p.nsplits * p.B * p.Hq * p.Nq) : 0;
+    o = lse + Scratch::aligned(sizeof(T) * lse_count);
+    bytes = o + sizeof(T) * lse_count * std::size_t(p.Dv);
+  }
+};
+
+/// Runs a planned call with the kernel of Shape: K packed first where the plan asks, then the
+/// kernel, then, where the keys are split, the exact merge of the splits' partial results.
 template <class Traits, class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV,
           class LV>
 void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                    const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = typename OV::non_const_value_type;
-  const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
-  auto launch = [&](const char* label, auto kernel) {
-    using Kernel = decltype(kernel);
-    const std::size_t bytes = Kernel::scratch_bytes(p);
-    kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
-    if (p.ragged) {  // teams of unequal work: handed out as threads free up
-      using Dynamic = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
-      Kokkos::parallel_for(label,
-                           Dynamic(exec, int(league), int(p.team_size), 1)
-                               .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
-                           kernel);
-      return;
-    }
-    Kokkos::parallel_for(label,
-                         Kokkos::TeamPolicy<ExecSpace>(exec, int(league), int(p.team_size), 1)
-                             .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
-                         kernel);
-  };
-  auto make = [&](auto o_view, auto lse_view, bool with_lse, auto partial) {
-    using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, decltype(o_view),
-                                     decltype(lse_view), decltype(partial)::value>;
-    return Kernel{{q, k, v, o_view, lse_view, with_lse, p, terms.scale, terms.stage, terms.sinks,
-                    terms.block_mask, 0, seq}};
-  };
-  if (p.nsplits == 1) {
-    launch("kflash::attention", make(o, lse, has_lse, std::false_type()));
+  using mem = typename OV::memory_space;
+  const AttentionWorkspace<T, mem> parts(p);
+  if (parts.bytes == 0) {
+    launch_attention<false, Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse, nullptr);
     return;
   }
-  // Split K/V: partial results of each key range, then the exact merge.
-  using mem = typename OV::memory_space;
-  using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
-  using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
-  using Scratch = CachedWorkspace<mem>;
-  const std::size_t lse_count = std::size_t(p.nsplits * p.B * p.Hq * p.Nq);
-  const std::size_t o_offset = Scratch::aligned(sizeof(T) * lse_count);
-  const Scratch scratch(exec, o_offset + sizeof(T) * lse_count * std::size_t(p.Dv), "kflash::attention parts");
-  const Parts o_parts(scratch.template at<T>(o_offset), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
-  const PartsLse lse_parts(scratch.template at<T>(0), p.nsplits, p.B, p.Hq, p.Nq);
-  launch("kflash::attention split_kv", make(o_parts, lse_parts, true, std::true_type()));
-  run_merge(exec, o_parts, lse_parts, o, lse, has_lse, seq);
+  const CachedWorkspace<mem> scratch(exec, parts.bytes, "kflash::attention workspace");
+  T* packed = nullptr;
+  if constexpr (Traits::host_kernels && std::is_void<Shape>::value) {
+    if (p.packed_ld > 0) {
+      packed = scratch.template at<T>(parts.packed);
+      Kokkos::parallel_for("kflash::attention pack_keys",
+                           Kokkos::RangePolicy<ExecSpace>(exec, 0, p.B * p.Hk * (p.packed_ld / p.bk)),
+                           host::PackKeys<KV, T>{k, packed, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
+    }
+  }
+  if (p.nsplits == 1) {
+    launch_attention<false, Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse, packed);
+  } else {
+    using Parts = Kokkos::View<T*****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+    using PartsLse = Kokkos::View<T****, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged>;
+    const Parts o_parts(scratch.template at<T>(parts.o), p.nsplits, p.B, p.Hq, p.Nq, p.Dv);
+    const PartsLse lse_parts(scratch.template at<T>(parts.lse), p.nsplits, p.B, p.Hq, p.Nq);
+    launch_attention<true, Traits, Shape>(exec, p, terms, seq, q, k, v, o_parts, lse_parts, true, packed);
+    run_merge(exec, o_parts, lse_parts, o, lse, has_lse, seq);
+  }
   exec.fence();  // the workspace must outlive the kernels
 }
 
