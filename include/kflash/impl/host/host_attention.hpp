@@ -92,7 +92,6 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     AttentionTile<T> tile{qs.data(), kt.data(), vs.data(), ss.data(), os.data(), st.data(), keys.data(),
                           nrows,     0,         p.bk,      p.D,       p.dvp};
     tile.ldv = p.dvp;
-    tile.ldkt = p.bk;
     tile.softcap = so.softcap;
     tile.inv_softcap = so.inv_softcap;
     tile.score_rows = per_row ? score_rows.data() : nullptr;
@@ -102,6 +101,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const T* packed = packed_keys != nullptr ? packed_keys + (b * p.Hk + hk) * p.D * p.packed_ld : nullptr;
     const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
     const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
+    tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
       // A tile ends where the keys' contiguous run does (a page of a paged cache).
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
@@ -112,7 +112,6 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (this->tile_hidden(w, t0, tile.nk)) continue;
       if (packed != nullptr) {
         tile.kt = packed + t0;
-        tile.ldkt = p.packed_ld;
       } else if (k_in_place) {
         tile.k = &k(b, hk, t0, 0);
         tile.ldk = index_t(k.stride(2));
@@ -133,10 +132,12 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
       // The next tile's rows read in place, asked for while this one is computed.
-      const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
-      for (index_t j = end; j < next_end; ++j) {
-        if (k_in_place) prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
-        if (v_in_place) prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
+      if (k_in_place || v_in_place) {
+        const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
+        for (index_t j = end; j < next_end; ++j) {
+          if (k_in_place) prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
+          if (v_in_place) prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
+        }
       }
       if constexpr (!user_functors) {
         attention_tile(tile);
