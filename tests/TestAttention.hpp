@@ -50,6 +50,19 @@ TYPED_TEST(AttentionTest, DecodeLongKeys) {
   run_attention<T>(make_attn_data<T>({1, 2, 1, 3, 50001, 32, 32, true}, 31), opt, false, "decode causal");
 }
 
+TYPED_TEST(AttentionTest, DecodeHeadDims) {
+  // GQA groups of up to 8 query rows read K in place by dot products (host kernels), whose lane
+  // sums run as trees where the head dimension fills whole vectors, with the rest added after; key
+  // counts off the dot products' blocks of 4, several tiles (each asking for the next one's rows).
+  using T = TypeParam;
+  unsigned seed = 32;
+  for (std::size_t D : {8, 24, 80, 128}) {
+    run_attention<T>(make_attn_data<T>({1, 8, 1, 1, 203, D, D}, seed++), {}, false, "decode head dims");
+    if (::testing::Test::HasFailure()) return;
+  }
+  run_attention<T>(make_attn_data<T>({2, 6, 2, 1, 150, 72, 40}, seed++), {}, false, "decode Dv != D");
+}
+
 TYPED_TEST(AttentionTest, LargeScores) {
   // Scores of standard deviation about 900 (sigma^2): no overflow, no NaN; the bound grows with the scores' own rounding.
   using T = TypeParam;

@@ -60,7 +60,7 @@ void attention_tile(const AttentionTile<T>& t) {
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
   if (t.part != TilePart::update) {
     if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
-      gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D);
+      gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.k_next, t.nk_next);
     } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
       gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, t.bk, t.D);
     }
@@ -78,7 +78,7 @@ void attention_tile(const AttentionTile<T>& t) {
     if (f.fa != T(1))
       for (index_t d = 0; d < t.dvp; ++d) o[d] = f.kept(o[d]);
   }
-  gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk);
+  gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
 }
 
 }  // namespace kflash::impl::host::internal

@@ -7,6 +7,8 @@
 
 #include <kflash/impl/math.hpp>
 
+#include <utility>
+
 namespace kflash::impl::host::internal {
 
 /// A vector of `Bytes` bytes of T, loaded and stored unaligned. With GNU vector extensions (not
@@ -87,6 +89,74 @@ inline T reduce_lanes(const typename Vec<T, VB>::type& v) {
     return reduce_lanes<T, VB / 2, Op>(a);
   }
 }
+#if defined(KFLASH_IMPL_VECTOR_EXT) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define KFLASH_IMPL_LANE_SUMS 1
+#endif
+#endif
+#ifdef KFLASH_IMPL_LANE_SUMS
+/// The lane sums of W vectors of W lanes at once: lane l of apply()'s sums is the sum of a[l]'s
+/// lanes. Each level pairs the vectors and adds their blocks of B lanes two by two (B = W/2, ...,
+/// 1), halving the vectors; blocks of 16 bytes or more move as whole 16-byte lanes and smaller ones
+/// within each 16-byte lane, the shuffles every x86 vector width has. A last permutation puts the
+/// sums in order. About 3 operations a sum, against 2 log2(W) for reduce_lanes on each vector.
+template <class T, int VB>
+struct LaneSums {
+  using type = typename Vec<T, VB>::type;
+  static constexpr int W = VB / int(sizeof(T));
+  static constexpr int L = 16 / int(sizeof(T)) < W ? 16 / int(sizeof(T)) : W;  // lanes of 16 bytes
+
+  /// The lane of the pair (x: [0, W), y: [W, 2W)) that lane p of level B's even (parity 0) or odd
+  /// (1) blocks takes: in each group of G lanes, x's blocks of that parity, then y's.
+  static constexpr int pick(int B, int parity, int p) {
+    const int G = B >= L ? W : L, half = G / 2, q = p % G, qq = q % half;
+    return (q < half ? 0 : W) + p / G * G + (2 * (qq / B) + parity) * B + qq % B;
+  }
+  /// The lane of the tree's last vector that holds a[v]'s sum.
+  static constexpr int lane_of(int v) {
+    int owner[W][W] = {};  // owner[i][l]: whose sum lane l of vector i adds to
+    for (int i = 0; i < W; ++i)
+      for (int l = 0; l < W; ++l) owner[i][l] = i;
+    for (int B = W / 2; B >= 1; B /= 2)
+      for (int i = 0; i < B; ++i) {
+        int next[W] = {};
+        for (int l = 0; l < W; ++l) {
+          const int s = pick(B, 0, l);
+          next[l] = s < W ? owner[2 * i][s] : owner[2 * i + 1][s - W];
+        }
+        for (int l = 0; l < W; ++l) owner[i][l] = next[l];
+      }
+    for (int l = 0; l < W; ++l)
+      if (owner[0][l] == v) return l;
+    return -1;
+  }
+  // The vectors go by reference: returned by value, they would change the ABI of the functions of
+  // the variants without the instruction set (GCC warns).
+  template <int B, std::size_t... P>
+  static void add_blocks(const type& x, const type& y, type& sum, std::index_sequence<P...>) {
+    sum = __builtin_shufflevector(x, y, pick(B, 0, int(P))...) + __builtin_shufflevector(x, y, pick(B, 1, int(P))...);
+  }
+  template <std::size_t... P>
+  static void in_order(const type& r, type& out, std::index_sequence<P...>) {
+    out = __builtin_shufflevector(r, r, lane_of(int(P))...);
+  }
+  template <int B>
+  static void level(type* a) {
+    for (int i = 0; i < B; ++i) add_blocks<B>(a[2 * i], a[2 * i + 1], a[i], std::make_index_sequence<W>{});
+    if constexpr (B > 1) level<B / 2>(a);
+  }
+  /// sums = the lane sums of a[0, W), which is overwritten.
+  static void apply(type* a, type& sums) {
+    if constexpr (W == 1) {
+      sums = a[0];
+    } else {
+      level<W / 2>(a);
+      in_order(a[0], sums, std::make_index_sequence<W>{});
+    }
+  }
+};
+#endif
+
 struct MaxOp {  // NaN lanes ignored
   template <class T, int VB>
   static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {

@@ -102,12 +102,16 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
     const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
-    for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
-      // A tile ends where the keys' contiguous run does (a page of a paged cache).
+    // A tile ends where the keys' contiguous run does (a page of a paged cache).
+    const auto tile_end = [&](index_t t0) {
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
       const index_t k_end = contiguous_keys_end(k, b, t0), v_end = contiguous_keys_end(v, b, t0);
       if (k_end < end) end = k_end;
       if (v_end < end) end = v_end;
+      return end;
+    };
+    for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
+      const index_t end = tile_end(t0);
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
       if (packed != nullptr) {
@@ -131,13 +135,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         keys(r) = this->keys_of(w, row.i).in_tile(t0, tile.nk);
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
-      // The next tile's rows read in place, asked for while this one is computed.
-      if (k_in_place || v_in_place) {
-        const index_t next_end = end + p.bk < w.ke ? end + p.bk : w.ke;
-        for (index_t j = end; j < next_end; ++j) {
-          if (k_in_place) prefetch(&k(b, hk, j, 0), p.D * index_t(sizeof(T)));
-          if (v_in_place) prefetch(&v(b, hk, j, 0), p.Dv * index_t(sizeof(T)));
-        }
+      // The next tile's rows read in place: the products ask for them while they run.
+      tile.nk_next = (k_in_place || v_in_place) && end < w.ke ? tile_end(end) - end : 0;
+      if (tile.nk_next > 0) {
+        tile.k_next = k_in_place ? &k(b, hk, end, 0) : nullptr;
+        tile.v_next = v_in_place ? &v(b, hk, end, 0) : nullptr;
       }
       if constexpr (!user_functors) {
         attention_tile(tile);

@@ -116,19 +116,14 @@ struct AttentionTile {
   TilePart part = TilePart::whole;
   T softcap = T(0), inv_softcap = T(0);
   const TileScoreRow<T>* score_rows = nullptr;
+  /// The next tile's nk_next rows of K (where k is read in place) and of V (where v is), with the
+  /// same row strides: the products ask for them while they run.
+  const T* k_next = nullptr;
+  const T* v_next = nullptr;
+  index_t nk_next = 0;
 };
 
 void attention_tile(const AttentionTile<float>& tile);
 void attention_tile(const AttentionTile<double>& tile);
-
-/// Asks the memory system for [p, p + bytes) ahead of use, one request per 64-byte line.
-inline void prefetch(const void* p, index_t bytes) {
-#if defined(__GNUC__) || defined(__clang__)
-  const char* c = static_cast<const char*>(p);
-  for (index_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
-#else
-  (void)p, (void)bytes;
-#endif
-}
 
 }  // namespace kflash::impl::host
