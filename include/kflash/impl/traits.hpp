@@ -73,7 +73,7 @@ struct HostTraits : CommonTraits {
 
   // --- Attention.
   /// Keys per K/V tile, a multiple of attention_pad.
-  static constexpr index_t block_k = 64;
+  static constexpr index_t block_k = 128;
   /// Keys per split are at least this many when the keys are split automatically.
   static constexpr index_t min_split_keys = 4096;
   /// Columns of the tiles' K transposed, V and O are padded to a multiple of this (with zeros).

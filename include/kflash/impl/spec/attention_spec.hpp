@@ -47,7 +47,11 @@ void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms
   const std::size_t bytes = Kernel::scratch_bytes(p);
   kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
   const char* label = Partial ? "kflash::attention split_kv" : "kflash::attention";
-  if (p.ragged) {  // teams of unequal work: handed out as threads free up
+  // Teams of unequal work (sequences of their own lengths, causal or windowed rows, tiles a block
+  // mask skips) are handed out as threads free up: in a static split, one thread could get all the
+  // long rows of a causal head.
+  const bool uneven = p.ragged || p.window_left >= 0 || p.window_right >= 0 || terms.block_mask.blocks.on();
+  if (uneven) {
     using Dynamic = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
     Kokkos::parallel_for(label,
                          Dynamic(exec, int(league), int(p.team_size), 1)
