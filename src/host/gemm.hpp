@@ -106,7 +106,7 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
       const T* lanes = reinterpret_cast<const T*>(&sums);
       for (int e = 0; e < S; ++e) {
         const int r = (t * S + e) / J, j = (t * S + e) % J;
-        c[r * ldc + j] = lanes[e] + (d < K ? tail(r, j) : T(0));
+        c[r * ldc + j] = lanes[e] + tail(r, j);
       }
     }
     return;
