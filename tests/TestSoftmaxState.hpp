@@ -315,6 +315,85 @@ TYPED_TEST(SoftmaxStateTest, HostKernelShortRowLogAccuracy) {
   }
 }
 
+TYPED_TEST(SoftmaxStateTest, HostAttentionTileStepsAgree) {
+  // The host tile kernel takes the tile step of its rows a group at a time, the lanes of a vector's
+  // worth of rows reduced by one tree (tile_steps): against tile_step on plain scalar lanes, row by
+  // row, for each compiled variant, on the tile's update part (scores given). 21 rows (a whole group
+  // and a partial one at every width); tiles of 128 and 77 keys (a tail past whole blocks of 16);
+  // each row's scores on its own scale and centre, so that no row's maximum is another's; rows that
+  // see part of the tile or none of it; running states that are empty or whose maximum lies above,
+  // below or inside the tile's. The maxima agree bit for bit; l and the weights within 8 ulp (AVX2
+  // and AVX-512 contract the exp into multiply-adds or take it from a table; weights near the
+  // underflow within the smallest normal number); O (Dv = 32) within 16
+  // ulp of its terms' magnitude, against a long-double sum of the reference's weights.
+  using T = TypeParam;
+  namespace host = kflash::impl::host;
+  using kflash::impl::index_t;
+  using kflash::impl::KeyRange;
+  using State = kflash::SoftmaxState<T>;
+  constexpr index_t rows = 21, bk = 128, dv = 32;
+  std::mt19937_64 gen(5);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (index_t nk : {bk, index_t(77)}) {
+    std::vector<T> scores(rows * bk, T(0)), v(bk * dv), o0(rows * dv);
+    std::vector<State> st0(rows);
+    std::vector<KeyRange> keys(rows, KeyRange{0, nk});
+    for (auto& x : v) x = T(u(gen));
+    for (auto& x : o0) x = T(u(gen));
+    for (index_t r = 0; r < rows; ++r) {
+      const double scale = std::pow(10.0, -2 + 5.0 * double(r) / rows), centre = 37.0 * double(r) - 300.0;
+      for (index_t j = 0; j < nk; ++j) scores[r * bk + j] = T(centre + scale * u(gen));
+      if (r % 5 == 3) keys[r] = KeyRange{r % 7, nk - r};  // part of the tile
+      if (r == 9) keys[r] = KeyRange{nk / 2, nk / 2};      // none of it
+      switch (r % 4) {
+        case 0: st0[r] = State::identity(); break;
+        case 1: st0[r] = State{T(centre + 2 * scale), T(3.5), T(0)}; break;  // above the tile's maximum
+        case 2: st0[r] = State{T(centre - 2 * scale), T(1.25), T(0)}; break;  // below it
+        default: st0[r] = State{T(centre), T(7), T(0)}; break;                  // inside
+      }
+    }
+    // The reference: tile_step on scalar lanes, and O = fa O + sum_j w_j v_j in long double.
+    std::vector<T> w_ref = scores;
+    std::vector<State> st_ref = st0;
+    std::vector<ld> o_ref(rows * dv);
+    for (index_t r = 0; r < rows; ++r) {
+      T* w = w_ref.data() + r * bk;
+      const auto f = kflash::impl::tile_step<kflash::impl::ScalarLanes<T>, T>(
+          st_ref[r], keys[r], nk, kflash::impl::Load<T>{w}, kflash::impl::Store<T>{w});
+      for (index_t d = 0; d < dv; ++d) {
+        ld sum = ld(o0[r * dv + d]) * f.fa;
+        for (index_t j = 0; j < nk; ++j) sum += ld(w[j]) * v[j * dv + d];
+        o_ref[r * dv + d] = sum;
+      }
+    }
+    for (host::Isa which : {host::Isa::baseline, host::Isa::avx2, host::Isa::avx512}) {
+      if (int(which) > int(host::isa())) continue;  // a variant this CPU (or KFLASH_HOST_ISA) rules out
+      std::vector<T> s = scores, o = o0;
+      std::vector<State> st = st0;
+      host::AttentionTile<T> tile{nullptr, nullptr, v.data(), s.data(), o.data(), st.data(), keys.data(),
+                                  rows,    nk,      bk,       0,        dv};
+      tile.ldv = dv;
+      tile.part = host::TilePart::update;
+      host::attention_tile(which, tile);
+      for (index_t r = 0; r < rows; ++r) {
+        const std::string where =
+            std::string(host::isa_name(which)) + " nk " + std::to_string(nk) + " row " + std::to_string(r);
+        ASSERT_EQ(st[r].max, st_ref[r].max) << where;
+        EXPECT_LE(std::fabs(ld(st[r].total()) - ld(st_ref[r].total())), 8 * eps<T> * ld(st_ref[r].total())) << where;
+        ld magnitude = 0;
+        for (index_t j = 0; j < nk; ++j) {
+          const ld ref = w_ref[r * bk + j];
+          EXPECT_LE(std::fabs(ld(s[r * bk + j]) - ref), 8 * eps<T> * ref + std::numeric_limits<T>::min()) << where << " key " << j;
+          magnitude += ref;
+        }
+        for (index_t d = 0; d < dv; ++d)
+          EXPECT_LE(std::fabs(ld(o[r * dv + d]) - o_ref[r * dv + d]), 16 * eps<T> * (magnitude + std::fabs(o0[r * dv + d])))
+              << where << " column " << d;
+      }
+    }
+  }
+}
+
 TYPED_TEST(SoftmaxStateTest, LongSequentialPushKeepsAccuracy) {
   // 2^20 pushes one at a time: the compensated sum keeps l within 1e-6 (fp32) / 1e-13 (fp64).
   using T = TypeParam;

@@ -70,13 +70,18 @@ void attention_tile(const AttentionTile<T>& t) {
                         t.score_rows != nullptr ? t.score_rows + r : nullptr);
     if (t.part == TilePart::scores) return;
   }
-  for (index_t r = 0; r < t.rows; ++r) {
-    T* s = t.s + r * t.bk;
-    T* o = t.o + r * t.dvp;
-    const OutputFactors<T> f = tile_step<VectorLanes<T, VB>, T>(t.state[r], t.keys[r], t.nk, Load<T>{s}, Store<T>{s});
-    // The weights left in s are final (tile_step's fb is 1); O is rescaled where the maximum rose.
-    if (f.fa != T(1))
-      for (index_t d = 0; d < t.dvp; ++d) o[d] = f.kept(o[d]);
+  using Lanes = VectorLanes<T, VB>;
+  constexpr int G = Lanes::rows_at_once;
+  for (index_t r0 = 0; r0 < t.rows; r0 += G) {
+    const index_t g = t.rows - r0 < G ? t.rows - r0 : G;
+    OutputFactors<T> f[G];
+    tile_steps<Lanes, T, G>(t.state + r0, t.keys + r0, t.nk, g, StridedRows<T>{t.s + r0 * t.bk, t.bk}, f);
+    // The weights left in s are final (tile_steps' fb is 1); O is rescaled where the maximum rose.
+    for (index_t k = 0; k < g; ++k) {
+      T* o = t.o + (r0 + k) * t.dvp;
+      if (f[k].fa != T(1))
+        for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
+    }
   }
   gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
 }

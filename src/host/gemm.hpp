@@ -70,7 +70,7 @@ inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t
 }
 
 /// c = a b^T for an R x J block: a (R x K, lda), b (J x K, ldb), both read along K in vectors of
-/// VB bytes (R x J accumulators, summed across lanes at the end: by LaneSums where the accumulators
+/// VB bytes (R x J accumulators, summed across lanes at the end: by LaneTrees where the accumulators
 /// make whole trees, else one by one); asks for rows [0, next_rows) of next (J rows of K, ldb).
 template <class T, int VB, int R, int J>
 inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K,
@@ -95,14 +95,15 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
     for (index_t e = d; e < K; ++e) sum += a[r * lda + e] * b[j * ldb + e];
     return sum;
   };
-#ifdef KFLASH_IMPL_LANE_SUMS
+#ifdef KFLASH_IMPL_SHUFFLES
   // Trees of S sums: the accumulators in row-major order, S / J rows a tree or J / S trees a row.
-  constexpr int S = LaneSums<T, VB>::W;
+  using Sums = LaneTrees<T, VB, AddOp>;
+  constexpr int S = Sums::W;
   if constexpr ((R * J) % S == 0 && (S % J == 0 || J % S == 0)) {
     typename V::type* flat = &acc[0][0];
     for (int t = 0; t < R * J / S; ++t) {
       typename V::type sums;
-      LaneSums<T, VB>::apply(flat + t * S, sums);
+      Sums::apply(flat + t * S, sums);
       const T* lanes = reinterpret_cast<const T*>(&sums);
       for (int e = 0; e < S; ++e) {
         const int r = (t * S + e) / J, j = (t * S + e) % J;

@@ -119,8 +119,10 @@ void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNor
 }
 void run_rows(const RowBlock<float>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
 void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
-void attention_tile(const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(isa(), attention_tile(tile)) }
-void attention_tile(const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(isa(), attention_tile(tile)) }
+void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
+void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
+void attention_tile(const AttentionTile<float>& tile) { attention_tile(isa(), tile); }
+void attention_tile(const AttentionTile<double>& tile) { attention_tile(isa(), tile); }
 #undef KFLASH_IMPL_DISPATCH
 
 }  // namespace kflash::impl::host

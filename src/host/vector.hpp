@@ -68,13 +68,49 @@ struct Vec {
 };
 #endif
 
-/// v's lanes as two vectors of half the width.
+// Shuffles of vector lanes by constant indices (__builtin_shufflevector: GCC 12 and later, clang).
+#if defined(KFLASH_IMPL_VECTOR_EXT) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define KFLASH_IMPL_SHUFFLES 1
+#endif
+#endif
+
+/// v's lanes as two vectors of half the width: by shuffles where the compiler has them (copies
+/// through memory can make it store the whole vector and load its halves back, which waits on the
+/// store), else by copies.
+#ifdef KFLASH_IMPL_SHUFFLES
+template <class T, int VB, std::size_t... P>
+inline void halves_of(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::type& lo,
+                      typename Vec<T, VB / 2>::type& hi, std::index_sequence<P...>) {
+  constexpr std::size_t H = sizeof...(P);
+  lo = __builtin_shufflevector(v, v, P...);
+  hi = __builtin_shufflevector(v, v, (P + H)...);
+}
+#endif
 template <class T, int VB>
 inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::type& lo,
                    typename Vec<T, VB / 2>::type& hi) {
+#ifdef KFLASH_IMPL_SHUFFLES
+  halves_of<T, VB>(v, lo, hi, std::make_index_sequence<VB / 2 / sizeof(T)>{});
+#else
   __builtin_memcpy(&lo, &v, VB / 2);
   __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + VB / 2, VB / 2);
+#endif
 }
+
+/// The lane operations of the reductions: a = a op b.
+struct MaxOp {  // NaN lanes ignored
+  template <class T, int VB>
+  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
+    Vec<T, VB>::max(a, b);
+  }
+};
+struct AddOp {
+  template <class T, int VB>
+  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
+    a += b;
+  }
+};
 
 /// Combines v's lanes by halves: the upper half into the lower one, level by level, with
 /// Op::apply (a = a op b on vectors of half the width).
@@ -89,19 +125,15 @@ inline T reduce_lanes(const typename Vec<T, VB>::type& v) {
     return reduce_lanes<T, VB / 2, Op>(a);
   }
 }
-#if defined(KFLASH_IMPL_VECTOR_EXT) && defined(__has_builtin)
-#if __has_builtin(__builtin_shufflevector)
-#define KFLASH_IMPL_LANE_SUMS 1
-#endif
-#endif
-#ifdef KFLASH_IMPL_LANE_SUMS
-/// The lane sums of W vectors of W lanes at once: lane l of apply()'s sums is the sum of a[l]'s
-/// lanes. Each level pairs the vectors and adds their blocks of B lanes two by two (B = W/2, ...,
-/// 1), halving the vectors; blocks of 16 bytes or more move as whole 16-byte lanes and smaller ones
-/// within each 16-byte lane, the shuffles every x86 vector width has. A last permutation puts the
-/// sums in order. About 3 operations a sum, against 2 log2(W) for reduce_lanes on each vector.
-template <class T, int VB>
-struct LaneSums {
+#ifdef KFLASH_IMPL_SHUFFLES
+/// The lane reductions (Op: AddOp, MaxOp) of W vectors of W lanes at once: lane l of apply()'s
+/// result is a[l]'s lanes combined, in reduce_lanes' order. Each level pairs the vectors and
+/// combines their blocks of B lanes two by two (B = W/2, ..., 1), halving the vectors; blocks of 16
+/// bytes or more move as whole 16-byte lanes and smaller ones within each 16-byte lane, the
+/// shuffles every x86 vector width has. A last permutation puts the results in order. About 3
+/// operations a result, against 2 log2(W) for reduce_lanes on each vector.
+template <class T, int VB, class Op>
+struct LaneTrees {
   using type = typename Vec<T, VB>::type;
   static constexpr int W = VB / int(sizeof(T));
   static constexpr int L = 16 / int(sizeof(T)) < W ? 16 / int(sizeof(T)) : W;  // lanes of 16 bytes
@@ -133,8 +165,10 @@ struct LaneSums {
   // The vectors go by reference: returned by value, they would change the ABI of the functions of
   // the variants without the instruction set (GCC warns).
   template <int B, std::size_t... P>
-  static void add_blocks(const type& x, const type& y, type& sum, std::index_sequence<P...>) {
-    sum = __builtin_shufflevector(x, y, pick(B, 0, int(P))...) + __builtin_shufflevector(x, y, pick(B, 1, int(P))...);
+  static void combine_blocks(const type& x, const type& y, type& out, std::index_sequence<P...>) {
+    type odd = __builtin_shufflevector(x, y, pick(B, 1, int(P))...);
+    out = __builtin_shufflevector(x, y, pick(B, 0, int(P))...);
+    Op::template apply<T, VB>(out, odd);
   }
   template <std::size_t... P>
   static void in_order(const type& r, type& out, std::index_sequence<P...>) {
@@ -142,33 +176,20 @@ struct LaneSums {
   }
   template <int B>
   static void level(type* a) {
-    for (int i = 0; i < B; ++i) add_blocks<B>(a[2 * i], a[2 * i + 1], a[i], std::make_index_sequence<W>{});
+    for (int i = 0; i < B; ++i) combine_blocks<B>(a[2 * i], a[2 * i + 1], a[i], std::make_index_sequence<W>{});
     if constexpr (B > 1) level<B / 2>(a);
   }
-  /// sums = the lane sums of a[0, W), which is overwritten.
-  static void apply(type* a, type& sums) {
+  /// out = the lane reductions of a[0, W), which is overwritten.
+  static void apply(type* a, type& out) {
     if constexpr (W == 1) {
-      sums = a[0];
+      out = a[0];
     } else {
       level<W / 2>(a);
-      in_order(a[0], sums, std::make_index_sequence<W>{});
+      in_order(a[0], out, std::make_index_sequence<W>{});
     }
   }
 };
 #endif
-
-struct MaxOp {  // NaN lanes ignored
-  template <class T, int VB>
-  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
-    Vec<T, VB>::max(a, b);
-  }
-};
-struct AddOp {
-  template <class T, int VB>
-  static void apply(typename Vec<T, VB>::type& a, const typename Vec<T, VB>::type& b) {
-    a += b;
-  }
-};
 
 /// Non-temporal stores of a vector (aligned to its size) where the instruction set has them: the
 /// line goes to memory without being read first and without evicting the cache. `fence` orders

@@ -58,6 +58,52 @@ struct VectorLanes {
   static void exp_block(const Load<T>& x, index_t i, T m, T* w) {
     LaneExp<T, VB>::template apply<width>(x.p + i, m, w);
   }
+
+#ifdef KFLASH_IMPL_SHUFFLES
+  /// The blocks of each vector's worth of rows (N a multiple of it) are reduced by one LaneTrees
+  /// tree, after each block's vectors are combined into one (sum_tree's first levels).
+  static constexpr int rows_at_once = vector_width;
+#else
+  static constexpr int rows_at_once = 1;
+#endif
+  template <int N>
+  static void max_lanes(const Block (&a)[N], T (&out)[N]) {
+#ifdef KFLASH_IMPL_SHUFFLES
+    if constexpr (N % vector_width == 0) {
+      for (int k0 = 0; k0 < N; k0 += vector_width) {
+        typename V::type v[vector_width], r;
+        for (int k = 0; k < vector_width; ++k) {
+          v[k] = a[k0 + k].v[0];
+          for (int u = 1; u < vectors; ++u) V::max(v[k], a[k0 + k].v[u]);
+        }
+        LaneTrees<T, VB, MaxOp>::apply(v, r);
+        V::store(out + k0, r);
+      }
+      return;
+    }
+#endif
+    for (int k = 0; k < N; ++k) out[k] = max_lanes(a[k]);
+  }
+  template <int N>
+  static void sum_trees(Block (&a)[N], T (&out)[N]) {
+#ifdef KFLASH_IMPL_SHUFFLES
+    if constexpr (N % vector_width == 0) {
+      for (int k0 = 0; k0 < N; k0 += vector_width) {
+        typename V::type v[vector_width], r;
+        for (int k = 0; k < vector_width; ++k) {
+          Block& b = a[k0 + k];
+          for (int h = vectors / 2; h >= 1; h /= 2)
+            for (int u = 0; u < h; ++u) b.v[u] += b.v[u + h];
+          v[k] = b.v[0];
+        }
+        LaneTrees<T, VB, AddOp>::apply(v, r);
+        V::store(out + k0, r);
+      }
+      return;
+    }
+#endif
+    for (int k = 0; k < N; ++k) out[k] = sum_tree(a[k]);
+  }
 };
 
 #else

@@ -125,5 +125,7 @@ struct AttentionTile {
 
 void attention_tile(const AttentionTile<float>& tile);
 void attention_tile(const AttentionTile<double>& tile);
+void attention_tile(Isa which, const AttentionTile<float>& tile);
+void attention_tile(Isa which, const AttentionTile<double>& tile);
 
 }  // namespace kflash::impl::host

@@ -156,18 +156,71 @@ KOKKOS_INLINE_FUNCTION T staged_score(const Stage& stage, T raw, const RowAt& ro
   return stage.active ? stage(raw, row, t0 + j) : raw;
 }
 
-/// A row's step over one tile whose nk scores score(j) are in: the score stage (store(j, s) puts
-/// the masked scores back), the tile's maximum, then its state by Lanes against the row's new
-/// maximum (the larger of the two) with its weights handed to store, and the merge into the row's
-/// state. Weights against the new maximum are final (the merge's factor fb for them is 1): only
-/// the row's l and O are rescaled. Returns the factors that update the row's O.
+/// The rows of a tile for tile_steps, each read through score(k) (an accessor j -> score j of row
+/// k) and written through store(k): rows of scores in memory, row k from p + k * ld...
+template <class T>
+struct StridedRows {
+  T* p;
+  index_t ld;
+  KOKKOS_INLINE_FUNCTION Load<T> score(index_t k) const { return Load<T>{p + k * ld}; }
+  KOKKOS_INLINE_FUNCTION Store<T> store(index_t k) const { return Store<T>{p + k * ld}; }
+};
+/// ... or one row's accessors.
+template <class Score, class Store>
+struct OneRow {
+  const Score& s;
+  const Store& w;
+  KOKKOS_INLINE_FUNCTION const Score& score(index_t) const { return s; }
+  KOKKOS_INLINE_FUNCTION const Store& store(index_t) const { return w; }
+};
+
+/// The step of rows k < g (g <= G) over one tile whose nk scores per row are in (rows.score(k)):
+/// the score stage (rows.store(k) puts the masked scores back), each tile row's maximum, then its
+/// state by Lanes against the row's new maximum (the larger of the two) with its weights handed to
+/// rows.store(k), and the merge into the row's state row[k]. Weights against the new maximum are
+/// final (the merge's factor fb for them is 1): only the row's l and O are rescaled. f[k] gets the
+/// factors that update row k's O. Each part runs for all g rows before the next, and the lanes of
+/// G rows are reduced together (Lanes::max_lanes, Lanes::sum_trees: rows_at_once rows in one tree).
+template <class Lanes, class T, int G, class Rows>
+KOKKOS_INLINE_FUNCTION void tile_steps(SoftmaxState<T>* row, const KeyRange* keys, index_t nk, index_t g,
+                                       const Rows& rows, OutputFactors<T>* f) {
+  typename Lanes::Block lanes[G];
+  T rest[G], lane_max[G];
+  for (int k = 0; k < G; ++k) {
+    if (k >= g) {  // rows past g reduce empty lanes
+      Lanes::fill(lanes[k], -infinity<T>());
+      continue;
+    }
+    const auto& score = rows.score(k);
+    const KeyRange& kr = keys[k];
+    if (kr.begin > 0 || kr.end < nk) {  // some pairs hidden
+      const auto& store = rows.store(k);
+      for (index_t j = 0; j < nk; ++j) store(j, score_stage(score(j), kr, j));
+    }
+    rest[k] = tile_max_lanes<Lanes, T>(index_t(0), nk, score, lanes[k]);
+  }
+  Lanes::max_lanes(lanes, lane_max);
+  TileSums<Lanes, T> sums[G];
+  T ref[G];
+  for (int k = 0; k < g; ++k) {
+    const T m = rest[k] > lane_max[k] ? rest[k] : lane_max[k];
+    ref[k] = m > row[k].max ? m : row[k].max;
+    sums[k].add_weights(ref[k], index_t(0), nk, rows.score(k), rows.store(k));
+  }
+  for (int k = 0; k < G; ++k) lanes[k] = sums[k].lanes;  // rows past g: zeros
+  T roots[G];
+  Lanes::sum_trees(lanes, roots);
+  for (int k = 0; k < g; ++k) f[k] = OutputFactors<T>::merge(row[k], sums[k].state(ref[k], roots[k]));
+}
+
+/// tile_steps for one row whose nk scores score(j) are in (store(j, s) writes them back); returns
+/// the factors that update the row's O.
 template <class Lanes, class T, class Score, class Store>
 KOKKOS_INLINE_FUNCTION OutputFactors<T> tile_step(SoftmaxState<T>& row, const KeyRange& keys, index_t nk,
                                                   const Score& score, const Store& store) {
-  if (keys.begin > 0 || keys.end < nk)  // some pairs hidden
-    for (index_t j = 0; j < nk; ++j) store(j, score_stage(score(j), keys, j));
-  const T m = tile_max<Lanes, T>(index_t(0), nk, score);
-  return OutputFactors<T>::merge(row, tile_state<Lanes, T>(m > row.max ? m : row.max, index_t(0), nk, score, store));
+  OutputFactors<T> f;
+  tile_steps<Lanes, T, 1>(&row, &keys, nk, 1, OneRow<Score, Store>{score, store}, &f);
+  return f;
 }
 
 }  // namespace kflash::impl

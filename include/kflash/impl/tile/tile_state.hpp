@@ -67,10 +67,13 @@ struct SpecialWeightTerms {
 ///   add, sum_tree              a block of running sums; the lanes added by a tree, lane l with
 ///                              lane l + half for half = width / 2, ..., 1
 ///   exp_block                  w[l] = exp_nonpositive(value(i + l) - m), l < width
+///   rows_at_once               blocks of as many rows whose lanes are reduced together by
+///   max_lanes, sum_trees       max_lanes(a, out) and sum_trees(a, out) (out[k] from a[k])
 template <class T>
 struct ScalarLanes {
   static constexpr int width = 16;
   static constexpr int chains = 1;
+  static constexpr int rows_at_once = 1;
   struct Block {
     T lane[width];
   };
@@ -100,15 +103,24 @@ struct ScalarLanes {
       for (int l = 0; l < half; ++l) a.lane[l] += a.lane[l + half];
     return a.lane[0];
   }
+  template <int N>
+  KOKKOS_INLINE_FUNCTION static void max_lanes(const Block (&a)[N], T (&out)[N]) {
+    for (int k = 0; k < N; ++k) out[k] = max_lanes(a[k]);
+  }
+  template <int N>
+  KOKKOS_INLINE_FUNCTION static void sum_trees(Block (&a)[N], T (&out)[N]) {
+    for (int k = 0; k < N; ++k) out[k] = sum_tree(a[k]);
+  }
   template <class F>
   KOKKOS_INLINE_FUNCTION static void exp_block(const F& value, index_t i, T m, T* w) {
     for (int l = 0; l < width; ++l) w[l] = exp_nonpositive(value(i + l) - m);
   }
 };
 
-/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), over Lanes' blocks.
+/// The maximum of value(i), i in [b, e) (NaN ignored), in two parts: that of the whole blocks of
+/// Lanes::width values lane by lane in `lanes`, and that of the rest returned (-inf if none).
 template <class Lanes, class T, class F>
-KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
+KOKKOS_INLINE_FUNCTION T tile_max_lanes(index_t b, index_t e, const F& value, typename Lanes::Block& lanes) {
   constexpr int W = Lanes::width, C = Lanes::chains;
   typename Lanes::Block m[C];
   for (int c = 0; c < C; ++c) Lanes::fill(m[c], -infinity<T>());
@@ -119,12 +131,22 @@ KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
   for (; i < blocks_end; i += W) Lanes::max(m[0], value, i);
   for (int h = C / 2; h >= 1; h /= 2)
     for (int c = 0; c < h; ++c) Lanes::max(m[c], m[c + h]);
-  T r = Lanes::max_lanes(m[0]);
+  lanes = m[0];
+  T r = -infinity<T>();
   for (; i < e; ++i) {
     const T v = value(i);
     r = v > r ? v : r;
   }
   return r;
+}
+
+/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), over Lanes' blocks.
+template <class Lanes, class T, class F>
+KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
+  typename Lanes::Block lanes;
+  const T rest = tile_max_lanes<Lanes, T>(b, e, value, lanes);
+  const T m = Lanes::max_lanes(lanes);
+  return rest > m ? rest : m;
 }
 
 /// The running sums of a tile's weights: whole blocks of terms go to a block of plain partial sums
@@ -169,9 +191,11 @@ struct TileSums {
   }
 
   /// The state of the tile whose maximum is m: the tail plus the lanes' tree root.
-  KOKKOS_INLINE_FUNCTION SoftmaxState<T> state(T m) {
+  KOKKOS_INLINE_FUNCTION SoftmaxState<T> state(T m) { return state(m, Lanes::sum_tree(lanes)); }
+  /// The same with the lanes' tree root already taken (Lanes::sum_trees for several rows).
+  KOKKOS_INLINE_FUNCTION SoftmaxState<T> state(T m, T root) const {
     SoftmaxState<T> sum = tail;
-    sum.add_term(Lanes::sum_tree(lanes));
+    sum.add_term(root);
     return SoftmaxState<T>::of_weights(m, sum);
   }
 };
