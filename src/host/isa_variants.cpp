@@ -19,11 +19,9 @@ namespace kflash::impl::host {
   attributes SoftmaxState<double> row_state(const double* x, index_t n) {                                     \
     return internal::row_state<double, vector_bytes>(x, n);                                                   \
   }                                                                                                           \
-  attributes LogitStats<float> row_logit_stats(const float* x, index_t n) {                                     \
-    return internal::row_logit_stats<float, vector_bytes>(x, n);                                              \
-  }                                                                                                           \
-  attributes LogitStats<double> row_logit_stats(const double* x, index_t n) {                                   \
-    return internal::row_logit_stats<double, vector_bytes>(x, n);                                             \
+  attributes void run_logit_rows(const LogitBlock<float>& b) { internal::run_logit_rows<float, vector_bytes>(b); } \
+  attributes void run_logit_rows(const LogitBlock<double>& b) {                                               \
+    internal::run_logit_rows<double, vector_bytes>(b);                                                        \
   }                                                                                                           \
   attributes void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, \
                             bool stream) {                                                                    \
@@ -108,8 +106,8 @@ SoftmaxState<float> row_state(Isa which, const float* x, index_t n) { KFLASH_IMP
 SoftmaxState<double> row_state(Isa which, const double* x, index_t n) { KFLASH_IMPL_DISPATCH(which, row_state(x, n)) }
 SoftmaxState<float> row_state(const float* x, index_t n) { return row_state(isa(), x, n); }
 SoftmaxState<double> row_state(const double* x, index_t n) { return row_state(isa(), x, n); }
-LogitStats<float> row_logit_stats(const float* x, index_t n) { KFLASH_IMPL_DISPATCH(isa(), row_logit_stats(x, n)) }
-LogitStats<double> row_logit_stats(const double* x, index_t n) { KFLASH_IMPL_DISPATCH(isa(), row_logit_stats(x, n)) }
+void run_logit_rows(const LogitBlock<float>& b) { KFLASH_IMPL_DISPATCH(isa(), run_logit_rows(b)) }
+void run_logit_rows(const LogitBlock<double>& b) { KFLASH_IMPL_DISPATCH(isa(), run_logit_rows(b)) }
 void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, bool stream) {
   KFLASH_IMPL_DISPATCH(isa(), write_row(op, x, y, n, norm, stream))
 }

@@ -26,10 +26,21 @@ SoftmaxState<double> row_state(const double* x, index_t n);
 SoftmaxState<float> row_state(Isa which, const float* x, index_t n);
 SoftmaxState<double> row_state(Isa which, const double* x, index_t n);
 
-/// The statistics of x[0, n) that a cross-entropy loss needs (target_logit 0): row_state's pass,
-/// which also sums each tile while it is in the cache.
-LogitStats<float> row_logit_stats(const float* x, index_t n);
-LogitStats<double> row_logit_stats(const double* x, index_t n);
+/// Rows of logits for cross-entropy's statistics: row r of x at x + r * ldx, cols elements each,
+/// contiguous (a chunk of a row: rows = 1); the statistics of row r (target_logit 0) go to
+/// out[r * ldout]. Rows longer than a tile take row_state's pass, which also sums each tile while
+/// it is in the cache.
+template <class T>
+struct LogitBlock {
+  const T* x;
+  index_t ldx;
+  LogitStats<T>* out;
+  index_t ldout;
+  index_t rows, cols;
+};
+
+void run_logit_rows(const LogitBlock<float>& block);
+void run_logit_rows(const LogitBlock<double>& block);
 
 /// y[0, n) = norm.prob(x) (softmax) or norm.log_prob(x) (log_softmax) for a chunk x[0, n) of a row
 /// whose state gave `norm`; with `stream`, through non-temporal stores.

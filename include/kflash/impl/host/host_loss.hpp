@@ -1,6 +1,6 @@
 // The host schedule of cross-entropy's statistics phase on contiguous rows: a team of one thread per
 // work item (several whole rows, or one chunk of a split row), handing each to the compiled host
-// kernel row_logit_stats.
+// kernel run_logit_rows.
 #pragma once
 
 #include <kflash/impl/host/host_kernels.hpp>
@@ -13,6 +13,7 @@ namespace kflash::impl::host {
 template <class ExecSpace, class XRows, class Targets, class Workspace>
 struct HostLogitStatsKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = typename Workspace::value_type::value_type;
 
   XRows x;
   Targets targets;
@@ -20,10 +21,10 @@ struct HostLogitStatsKernel {
   RowPlan plan;
   index_t col0;
 
-  void stats(index_t r, index_t c, index_t begin, index_t end) const {
-    auto s = row_logit_stats(x.row(r) + begin, end - begin);
-    s.target_logit = target_logit_in(x, targets, r, col0, begin, end);
-    ws(r, c) = s;
+  /// Rows [r0, r0 + rows) from column begin, `cols` columns each (c: the chunk's index in ws).
+  void stats(index_t r0, index_t rows, index_t c, index_t begin, index_t cols) const {
+    run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols});
+    for (index_t r = r0; r < r0 + rows; ++r) ws(r, c).target_logit = target_logit_in(x, targets, r, col0, begin, begin + cols);
   }
 
   /// Whole rows (plan.rows_per_item at a time) or one chunk of a row.
@@ -32,11 +33,11 @@ struct HostLogitStatsKernel {
     if (plan.chunks == 1) {
       const index_t r0 = item * plan.rows_per_item;
       const index_t r1 = r0 + plan.rows_per_item < plan.rows ? r0 + plan.rows_per_item : plan.rows;
-      for (index_t r = r0; r < r1; ++r) stats(r, 0, 0, plan.cols);
+      if (r0 < r1) stats(r0, r1 - r0, 0, 0, plan.cols);
       return;
     }
     const RowChunk rc(plan, item);
-    stats(rc.r, rc.c, rc.begin, rc.end);
+    stats(rc.r, 1, rc.c, rc.begin, rc.end - rc.begin);
   }
 };
 
