@@ -6,6 +6,8 @@
 
 #include "vector.hpp"
 
+#include <type_traits>
+
 namespace kflash::impl::host::internal {
 
 /// Asks for the cache line holding p into the L2 cache ahead of use (a hint: nothing happens where
@@ -50,24 +52,46 @@ inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, i
     for (int j = 0; j < NV; ++j) V::store(c + r * ldc + j * W, acc[r][j]);
 }
 
-/// c (+)= a b for M x N (N a multiple of the block's C columns) by blocks of R rows; the last M % R
-/// rows one by one. The first block of rows asks for rows [0, next_rows) of next (row stride ldb,
-/// N columns).
-template <class T, int R, int NV, int VB, bool Accumulate>
+/// c (+)= a b for M x N (N a multiple of NV0 vectors' columns) by blocks of R rows, their columns
+/// in strips of NV vectors while they fit, then of NV0. The rows left (fewer than R) go by blocks
+/// of R / 2 rows with twice the vectors (at most Cap), and so on down to single rows: a block of
+/// few rows (decode's one or few query rows a K/V head) then keeps as many accumulators busy and
+/// reads each row of b once, in whole lines, instead of once per strip. The first block of rows
+/// asks for rows [0, next_rows) of next (row stride ldb, N columns).
+template <class T, int R, int NV, int VB, bool Accumulate, int NV0 = NV, int Cap = R * NV / 2>
 inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
                  index_t K, const T* next = nullptr, index_t next_rows = 0) {
-  constexpr index_t C = NV * VB / index_t(sizeof(T));
+  constexpr index_t C = NV * VB / index_t(sizeof(T)), C0 = NV0 * VB / index_t(sizeof(T));
   if (next == nullptr) next = b, next_rows = 0;
   index_t i = 0;
-  for (; i + R <= M; i += R, next_rows = 0)
-    for (index_t j = 0; j < N; j += C)
+  for (; i + R <= M; i += R, next_rows = 0) {
+    index_t j = 0;
+    for (; j + C <= N; j += C)
       gemm_block<T, R, NV, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
                                            next_rows);
-  for (; i < M; ++i, next_rows = 0)
-    for (index_t j = 0; j < N; j += C)
-      gemm_block<T, 1, NV, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
-                                           next_rows);
+    for (; j < N; j += C0)
+      gemm_block<T, R, NV0, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
+                                            next_rows);
+  }
+  if constexpr (R > 1) {
+    constexpr int NV2 = 2 * NV <= Cap ? 2 * NV : NV;
+    if (i < M)
+      gemm<T, R / 2, NV2, VB, Accumulate, NV0, Cap>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, N, K, next,
+                                                    next_rows);
+  }
 }
+
+#ifdef KFLASH_IMPL_SHUFFLES
+/// Stores the sums of one LaneTrees tree over accumulators [f, f + W) of a block of J columns
+/// (row-major) into c (row stride ldc): row by row, each row's run of min(J, W) sums in one store.
+template <class T, int VB, int J, std::size_t... Run>
+inline void store_sums(T* c, index_t ldc, int f, const typename Vec<T, VB>::type& sums, std::index_sequence<Run...>) {
+  constexpr int W = VB / int(sizeof(T)), L = J < W ? J : W;
+  (store_lanes<T, VB, int(Run) * L>(c + (f + int(Run) * L) / J * ldc + (f + int(Run) * L) % J, sums,
+                                    std::make_index_sequence<L>{}),
+   ...);
+}
+#endif
 
 /// c = a b^T for an R x J block: a (R x K, lda), b (J x K, ldb), both read along K in vectors of
 /// VB bytes (R x J accumulators, summed across lanes at the end: by LaneTrees where the accumulators
@@ -104,6 +128,12 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
     for (int t = 0; t < R * J / S; ++t) {
       typename V::type sums;
       Sums::apply(flat + t * S, sums);
+      if constexpr (J > 1) {
+        if (d == K) {  // no tail: each row's run of sums in one store
+          store_sums<T, VB, J>(c, ldc, t * S, sums, std::make_index_sequence<(S < J ? 1 : S / J)>{});
+          continue;
+        }
+      }
       const T* lanes = reinterpret_cast<const T*>(&sums);
       for (int e = 0; e < S; ++e) {
         const int r = (t * S + e) / J, j = (t * S + e) % J;
@@ -117,32 +147,28 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
     for (int j = 0; j < J; ++j) c[r * ldc + j] = reduce_lanes<T, VB, AddOp>(acc[r][j]) + tail(r, j);
 }
 
-/// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks, the edges by thinner ones.
-/// The first block of rows asks for rows [0, next_rows) of next (N rows of K, ldb).
+/// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks, the edges by thinner ones:
+/// each block of J rows of b for all of a's rows before the next (a is small and stays in L1; b is
+/// the stream). The first block of rows asks for rows [0, next_rows) of next (N rows of K, ldb), so
+/// the asks spread over the whole product.
 template <class T, int VB, int R, int J>
 inline void gemm_nt(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
                     index_t K, const T* next = nullptr, index_t next_rows = 0) {
   if (next == nullptr) next = b, next_rows = 0;
   const auto ahead = [&](index_t i, index_t j) { return i == 0 && next_rows > j ? next_rows - j : index_t(0); };
-  index_t i = 0;
-  for (; i + R <= M; i += R) {
-    index_t j = 0;
-    for (; j + J <= N; j += J)
-      gemm_nt_block<T, VB, R, J>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                 ahead(i, j));
-    for (; j < N; ++j)
-      gemm_nt_block<T, VB, R, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                 ahead(i, j));
-  }
-  for (; i < M; ++i) {
-    index_t j = 0;
-    for (; j + J <= N; j += J)
-      gemm_nt_block<T, VB, 1, J>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                 ahead(i, j));
-    for (; j < N; ++j)
-      gemm_nt_block<T, VB, 1, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                 ahead(i, j));
-  }
+  const auto rows = [&](auto cols, index_t j) {
+    constexpr int JB = decltype(cols)::value;
+    index_t i = 0;
+    for (; i + R <= M; i += R)
+      gemm_nt_block<T, VB, R, JB>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
+                                  ahead(i, j));
+    for (; i < M; ++i)
+      gemm_nt_block<T, VB, 1, JB>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
+                                  ahead(i, j));
+  };
+  index_t j = 0;
+  for (; j + J <= N; j += J) rows(std::integral_constant<int, J>{}, j);
+  for (; j < N; ++j) rows(std::integral_constant<int, 1>{}, j);
 }
 
 }  // namespace kflash::impl::host::internal

@@ -98,6 +98,16 @@ inline void halves(const typename Vec<T, VB>::type& v, typename Vec<T, VB / 2>::
 #endif
 }
 
+#ifdef KFLASH_IMPL_SHUFFLES
+/// Stores lanes [F, F + N) of v at p (N = the sequence's length, a power of two) with one store.
+template <class T, int VB, int F, std::size_t... P>
+inline void store_lanes(T* p, const typename Vec<T, VB>::type& v, std::index_sequence<P...>) {
+  using Part = Vec<T, int(sizeof...(P) * sizeof(T))>;
+  const typename Part::type part = __builtin_shufflevector(v, v, (F + int(P))...);
+  Part::store(p, part);
+}
+#endif
+
 /// The lane operations of the reductions: a = a op b.
 struct MaxOp {  // NaN lanes ignored
   template <class T, int VB>
