@@ -36,11 +36,7 @@ struct VectorLanes {
   static void max(Block& a, const Block& b) {
     for (int u = 0; u < vectors; ++u) V::max(a.v[u], b.v[u]);
   }
-  static T max_lanes(Block a) {
-    for (int h = vectors / 2; h >= 1; h /= 2)
-      for (int u = 0; u < h; ++u) V::max(a.v[u], a.v[u + h]);
-    return reduce_lanes<T, VB, MaxOp>(a.v[0]);
-  }
+  static T max_lanes(const Block& a) { return reduce<MaxOp>(a); }
   static void add(Block& a, const T* w) {
     typename V::type t;
     for (int u = 0; u < vectors; ++u) {
@@ -48,61 +44,59 @@ struct VectorLanes {
       a.v[u] += t;
     }
   }
-  /// The tree's first levels add vector u + h to vector u (lane l + h * vector_width to lane l),
-  /// its last levels the halves of the one vector left.
-  static T sum_tree(Block& a) {
-    for (int h = vectors / 2; h >= 1; h /= 2)
-      for (int u = 0; u < h; ++u) a.v[u] += a.v[u + h];
-    return reduce_lanes<T, VB, AddOp>(a.v[0]);
-  }
+  static T sum_tree(Block& a) { return reduce<AddOp>(a); }
   static void exp_block(const Load<T>& x, index_t i, T m, T* w) {
     LaneExp<T, VB>::template apply<width>(x.p + i, m, w);
   }
 
 #ifdef KFLASH_IMPL_SHUFFLES
-  /// The blocks of each vector's worth of rows (N a multiple of it) are reduced by one LaneTrees
-  /// tree, after each block's vectors are combined into one (sum_tree's first levels).
+  /// max_lanes and sum_trees reduce the blocks of each vector's worth of rows by one LaneTrees tree.
   static constexpr int rows_at_once = vector_width;
 #else
   static constexpr int rows_at_once = 1;
 #endif
   template <int N>
   static void max_lanes(const Block (&a)[N], T (&out)[N]) {
-#ifdef KFLASH_IMPL_SHUFFLES
-    if constexpr (N % vector_width == 0) {
-      for (int k0 = 0; k0 < N; k0 += vector_width) {
-        typename V::type v[vector_width], r;
-        for (int k = 0; k < vector_width; ++k) {
-          v[k] = a[k0 + k].v[0];
-          for (int u = 1; u < vectors; ++u) V::max(v[k], a[k0 + k].v[u]);
-        }
-        LaneTrees<T, VB, MaxOp>::apply(v, r);
-        V::store(out + k0, r);
-      }
-      return;
-    }
-#endif
-    for (int k = 0; k < N; ++k) out[k] = max_lanes(a[k]);
+    reduce_rows<MaxOp>(a, out);
   }
   template <int N>
   static void sum_trees(Block (&a)[N], T (&out)[N]) {
+    reduce_rows<AddOp>(a, out);
+  }
+
+ private:
+  /// Block a's vectors combined into one by Op (MaxOp, AddOp), as a tree: its first levels combine
+  /// vector u + h with vector u (lane l + h * vector_width with lane l).
+  template <class Op>
+  static void fold(const Block& a, typename V::type& out) {
+    Block b = a;
+    for (int h = vectors / 2; h >= 1; h /= 2)
+      for (int u = 0; u < h; ++u) Op::template apply<T, VB>(b.v[u], b.v[u + h]);
+    out = b.v[0];
+  }
+  /// The tree's last levels: the halves of the one vector left.
+  template <class Op>
+  static T reduce(const Block& a) {
+    typename V::type v;
+    fold<Op>(a, v);
+    return reduce_lanes<T, VB, Op>(v);
+  }
+  /// out[k] = reduce<Op>(a[k]); each vector's worth of rows (N a multiple of it) by one LaneTrees
+  /// tree after fold.
+  template <class Op, int N>
+  static void reduce_rows(const Block (&a)[N], T (&out)[N]) {
 #ifdef KFLASH_IMPL_SHUFFLES
     if constexpr (N % vector_width == 0) {
       for (int k0 = 0; k0 < N; k0 += vector_width) {
         typename V::type v[vector_width], r;
-        for (int k = 0; k < vector_width; ++k) {
-          Block& b = a[k0 + k];
-          for (int h = vectors / 2; h >= 1; h /= 2)
-            for (int u = 0; u < h; ++u) b.v[u] += b.v[u + h];
-          v[k] = b.v[0];
-        }
-        LaneTrees<T, VB, AddOp>::apply(v, r);
+        for (int k = 0; k < vector_width; ++k) fold<Op>(a[k0 + k], v[k]);
+        LaneTrees<T, VB, Op>::apply(v, r);
         V::store(out + k0, r);
       }
       return;
     }
 #endif
-    for (int k = 0; k < N; ++k) out[k] = sum_tree(a[k]);
+    for (int k = 0; k < N; ++k) out[k] = reduce<Op>(a[k]);
   }
 };
 

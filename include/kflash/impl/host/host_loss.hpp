@@ -24,7 +24,8 @@ struct HostLogitStatsKernel {
   /// Rows [r0, r0 + rows) from column begin, `cols` columns each (c: the chunk's index in ws).
   void stats(index_t r0, index_t rows, index_t c, index_t begin, index_t cols) const {
     run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols});
-    for (index_t r = r0; r < r0 + rows; ++r) ws(r, c).target_logit = target_logit_in(x, targets, r, col0, begin, begin + cols);
+    for (index_t r = r0; r < r0 + rows; ++r)
+      ws(r, c).target_logit = target_logit_in(x, targets, r, col0, begin, begin + cols);
   }
 
   /// Whole rows (plan.rows_per_item at a time) or one chunk of a row.
