@@ -19,7 +19,9 @@ namespace kflash::impl::host {
   attributes SoftmaxState<double> row_state(const double* x, index_t n) {                                     \
     return internal::row_state<double, vector_bytes>(x, n);                                                   \
   }                                                                                                           \
-  attributes void run_logit_rows(const LogitBlock<float>& b) { internal::run_logit_rows<float, vector_bytes>(b); } \
+  attributes void run_logit_rows(const LogitBlock<float>& b) {                                                \
+    internal::run_logit_rows<float, vector_bytes>(b);                                                         \
+  }                                                                                                           \
   attributes void run_logit_rows(const LogitBlock<double>& b) {                                               \
     internal::run_logit_rows<double, vector_bytes>(b);                                                        \
   }                                                                                                           \
