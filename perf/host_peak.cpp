@@ -1,9 +1,11 @@
-// Peak kernels of the host CPU (see host_peak.hpp). One generic body over GCC vector types, inlined
+// Peak kernels and streaming stores of the host CPU (see host_peak.hpp). One generic body over GCC vector types, inlined
 // into a function per instruction set; this file is compiled with -ffp-contract=fast, so that
 // a * m + c becomes one fused multiply-add where the set has it.
 #include "host_peak.hpp"
 
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace kflash_bench {
 namespace {
@@ -72,7 +74,30 @@ double baseline(int bytes, long n) {
 #define KFLASH_PEAK_HAS_BF16 0
 #endif
 
+/// out[i] = two(i) for pairs of elements, stored past the caches where out is 16-byte aligned;
+/// one(i) for a misaligned head and an odd tail. SSE2's 16-byte stores suffice: a core issues one a
+/// cycle, several times its share of memory bandwidth.
+template <class Two, class One>
+void stream_out(double* out, long n, Two two, One one) {
+  long i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 16 != 0; ++i) out[i] = one(i);
+  for (; i + 2 <= n; i += 2) _mm_stream_pd(out + i, two(i));
+  for (; i < n; ++i) out[i] = one(i);
+  _mm_sfence();  // the streamed lines are visible to the other threads once the kernel returns
+}
+
 }  // namespace
+
+void stream_copy(const double* a, double* b, long n) {
+  stream_out(b, n, [&](long i) { return _mm_loadu_pd(a + i); }, [&](long i) { return a[i]; });
+}
+
+void stream_triad(double* a, const double* b, const double* c, double s, long n) {
+  const __m128d vs = _mm_set1_pd(s);
+  stream_out(
+      a, n, [&](long i) { return _mm_add_pd(_mm_loadu_pd(b + i), _mm_mul_pd(vs, _mm_loadu_pd(c + i))); },
+      [&](long i) { return b[i] + s * c[i]; });
+}
 
 PeakIsa best_peak_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)

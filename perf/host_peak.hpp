@@ -1,6 +1,7 @@
-// The host CPU's arithmetic peak, measured: independent multiply-add chains held in vector
-// registers (no memory traffic), compiled once per x86-64 instruction set as the library's host
-// kernels are, and run with the best set the CPU has.
+// The host CPU's limits that need instructions Kokkos kernels do not give: the arithmetic peak
+// (independent multiply-add chains held in vector registers, no memory traffic, compiled once per
+// x86-64 instruction set as the library's host kernels are, and run with the best set the CPU has)
+// and the copy and triad bandwidth with non-temporal stores.
 #pragma once
 
 #include <string>
@@ -23,5 +24,11 @@ double run_fma_chains(PeakIsa isa, int bytes, long iterations);
 /// fp32 lane: two bf16 products added to the accumulator); 0 operations without it.
 bool has_bf16_dot();
 double run_bf16_dot_chains(long iterations);
+
+/// b[i] = a[i] and a[i] = b[i] + s c[i] for i < n, written with non-temporal stores: a plain store
+/// first reads the line it writes, so a plain copy of arrays beyond the last-level cache moves 3
+/// bytes for every 2 it counts, while kflash's row kernels stream their large outputs.
+void stream_copy(const double* a, double* b, long n);
+void stream_triad(double* a, const double* b, const double* c, double s, long n);
 
 }  // namespace kflash_bench

@@ -255,11 +255,12 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
       "read once) or GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth\n"
       "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
       "(fma_fp32/fp64: independent chains in registers on every thread, per instruction set on the host),\n"
-      "all measured above in this run; the JSON also has host attention against sgemm/dgemm 2048^3 through\n"
-      "OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over the fastest baseline of the same\n"
-      "case, named under 'over' (kflash_stream*: over kflash's one-shot kernel; the stream's tiles are read,\n"
-      "written and read again). extra MiB: kflash workspace, host softmax's team scratch included (baseline:\n"
-      "its score buffer / row statistics).\n");
+      "measured in this run: the peaks above, a bandwidth again right after each case (the machine's\n"
+      "bandwidth drifts; the JSON counter 'limit' has the value used). The JSON also has host attention\n"
+      "against sgemm/dgemm 2048^3 through OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over\n"
+      "the fastest baseline of the same case, named under 'over' (kflash_stream*: over kflash's one-shot\n"
+      "kernel; the stream's tiles are read, written and read again). extra MiB: kflash workspace, host\n"
+      "softmax's team scratch included (baseline: its score buffer / row statistics).\n");
 }
 
 /// The peers measured as baselines, and whether this build has them (Debian package to install).
