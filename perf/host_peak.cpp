@@ -1,6 +1,7 @@
-// Peak kernels and streaming stores of the host CPU (see host_peak.hpp). One generic body over GCC vector types, inlined
-// into a function per instruction set; this file is compiled with -ffp-contract=fast, so that
-// a * m + c becomes one fused multiply-add where the set has it.
+// Peak kernels and streaming stores of the host CPU (see host_peak.hpp). The peak kernels are one
+// generic body over GCC vector types, inlined into a function per instruction set; this file is
+// compiled with -ffp-contract=fast, so that a * m + c becomes one fused multiply-add where the set
+// has it.
 #include "host_peak.hpp"
 
 #include <immintrin.h>
