@@ -25,6 +25,13 @@ struct Failure {
   throw Failure{status, std::string(function) + ": " + what};
 }
 
+/// A message of the C++ layer with its "kflash::<call>: " prefix taken off: the C interface's
+/// messages all begin with the C function's name.
+std::string without_cpp_prefix(const std::string& message) {
+  const std::size_t colon = message.find(": ");
+  return message.rfind("kflash::", 0) == 0 && colon != std::string::npos ? message.substr(colon + 2) : message;
+}
+
 /// Runs f, turning what it throws into a status and the thread's message.
 template <class F>
 kflash_status guarded(const char* function, F&& f) {
@@ -38,10 +45,10 @@ kflash_status guarded(const char* function, F&& f) {
     last_error = e.message;
     return e.status;
   } catch (const std::invalid_argument& e) {
-    last_error = e.what();
+    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
     return KFLASH_ERROR_INVALID_ARGUMENT;
   } catch (const std::exception& e) {
-    last_error = std::string(function) + ": " + e.what();
+    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
     return KFLASH_ERROR_INTERNAL;
   } catch (...) {
     last_error = std::string(function) + ": an unknown exception";

@@ -19,4 +19,11 @@ void throw_invalid_argument(const char* function, const std::string& message) {
   throw std::invalid_argument(std::string("kflash::") + function + ": " + message);
 }
 
+void require_initialized(const char* function) {
+  if (!Kokkos::is_initialized())
+    throw std::runtime_error(std::string("kflash::") + function +
+                             ": Kokkos is not initialized (call Kokkos::initialize before any kflash call, "
+                             "and none after Kokkos::finalize)");
+}
+
 }  // namespace kflash::impl

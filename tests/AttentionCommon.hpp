@@ -365,4 +365,31 @@ inline std::vector<kflash::AttentionOptions> schedules(bool causal) {
   return all;
 }
 
+/// Attention over consecutive key ranges [cuts[p], cuts[p + 1]), each into its part, then
+/// merge_attention, checked against the single-pass reference over all keys.
+template <class T>
+void check_merge_of_parts(const AttnShape& s, unsigned seed, const std::vector<std::size_t>& cuts,
+                          const std::string& what) {
+  const auto a = make_attn_data<T>(s, seed);
+  auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, false, a.q);
+  auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, false, a.k);
+  auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, false, a.v);
+  const std::size_t parts = cuts.size() - 1;
+  Kokkos::View<T*****, AMem> o_parts("o_parts", parts, s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<T****, AMem> lse_parts("lse_parts", parts, s.B, s.Hq, s.Nq);
+  for (std::size_t p = 0; p < parts; ++p) {
+    const auto keys = std::make_pair(cuts[p], cuts[p + 1]);
+    auto kp = Kokkos::subview(k.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
+    auto vp = Kokkos::subview(v.view, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL);
+    auto op = Kokkos::subview(o_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+    auto lp = Kokkos::subview(lse_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+    kflash::attention(AExec(), q.view, kp, vp, op, kflash::AttentionOptions(), lp);
+  }
+  Kokkos::View<T****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  kflash::merge_attention(AExec(), o_parts, lse_parts, o, lse);
+  const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
+  expect_attention_matches<T>(ref, flatten4(o), flatten3(lse), attention_tolerance<T>(ref), what);
+}
+
 }  // namespace kflash_test

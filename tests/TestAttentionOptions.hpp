@@ -279,6 +279,13 @@ TYPED_TEST(AttentionOptionsTest, BadOptionsThrow) {
   bad([](auto& opt) { opt.mask = Kokkos::View<T****, AMem>("m", 1, 1, 5, 7); }, {"options.mask", "expected bool"});
   using Other = std::conditional_t<std::is_same<T, float>::value, double, float>;
   bad([](auto& opt) { opt.sinks = Kokkos::View<Other*, AMem>("s", 4); }, {"options.sinks (4)", "value type of q"});
+  bad([](auto& opt) { opt.bias = Kokkos::View<T****, AMem>("b", 2, 3, 5, 7); }, {"= (2 or 1, 4 or 1, 5, 7)"});
+  // With one batch the expected extent is 1, not "1 or 1".
+  V4 q1("q1", 1, 4, 5, 8), k1("k1", 1, 2, 7, 8), v1("v1", 1, 2, 7, 4), o1("o1", 1, 4, 5, 4);
+  kflash::AttentionOptions one_batch;
+  one_batch.bias = Kokkos::View<T****, AMem>("b", 1, 3, 5, 7);
+  expect_invalid([&] { kflash::attention(exec, q1, k1, v1, o1, one_batch); },
+                 {"options.bias (1, 3, 5, 7)", "(B or 1, Hq or 1, Nq, Nk) = (1, 4 or 1, 5, 7)"});
   // Broadcast shapes are accepted.
   kflash::AttentionOptions fine;
   fine.bias = Kokkos::View<T****, AMem>("b", 1, 1, 5, 7);

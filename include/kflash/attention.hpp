@@ -25,6 +25,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
   using T = typename OV::non_const_value_type;
   using Mem = typename ExecSpace::memory_space;
   const char* fn = "attention";
+  require_initialized(fn);
   const bool varlen = !opt.cu_seqlens_q.empty() || !opt.cu_seqlens_k.empty();
   const bool paged = !opt.block_table.empty() || !opt.cache_seqlens.empty();
   if (varlen && paged)
@@ -36,6 +37,15 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
   require_rank(fn, "v", v, rank, rank);
   require_rank(fn, "o", o, rank, rank);
   if (has_lse) require_rank(fn, "lse", lse, rank - 1, rank - 1);
+  require_disjoint(fn, "o", o, "q", q);
+  require_disjoint(fn, "o", o, "k", k);
+  require_disjoint(fn, "o", o, "v", v);
+  if (has_lse) {
+    require_disjoint(fn, "lse", lse, "q", q);
+    require_disjoint(fn, "lse", lse, "k", k);
+    require_disjoint(fn, "lse", lse, "v", v);
+    require_disjoint(fn, "lse", lse, "o", o);
+  }
   static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV>();
   const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
   if constexpr (view_rank<QV> == 3 && view_rank<KV> == 3 && view_rank<VV> == 3 && view_rank<OV> == 3 &&
@@ -224,12 +234,14 @@ Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space> ma
 /// Combines attention results over disjoint key sets exactly (split-K/V decoding, KV-cache chunks,
 /// ring attention): o_parts (S, B, H, N, Dv) and lse_parts (S, B, H, N), each part normalised over
 /// its own keys, give o (B, H, N, Dv) and lse (B, H, N) over all keys. A part with lse = -inf (it
-/// saw no key) contributes nothing. o must not alias o_parts.
+/// saw no key) contributes nothing. o and lse must not overlap o_parts, lse_parts or each other
+/// (std::invalid_argument).
 template <class ExecSpace, class OP, class LP, class OV, class LV>
 void merge_attention(const ExecSpace& exec, const OP& o_parts, const LP& lse_parts, const OV& o,
                      const LV& lse) {
   using namespace impl;
   const char* fn = "merge_attention";
+  require_initialized(fn);
   static_check_view<ExecSpace, OP, false>();
   static_check_view<ExecSpace, LP, false>();
   static_check_view<ExecSpace, OV, true>();
@@ -248,6 +260,11 @@ void merge_attention(const ExecSpace& exec, const OP& o_parts, const LP& lse_par
                                      describe("lse_parts", lse_parts) + ", " + describe("o", o) + ", " +
                                      describe("lse", lse));
     }
+    require_disjoint(fn, "o", o, "o_parts", o_parts);
+    require_disjoint(fn, "o", o, "lse_parts", lse_parts);
+    require_disjoint(fn, "lse", lse, "o_parts", o_parts);
+    require_disjoint(fn, "lse", lse, "lse_parts", lse_parts);
+    require_disjoint(fn, "lse", lse, "o", o);
     run_merge(exec, o_parts, lse_parts, o, lse, true);
   }
 }
@@ -257,17 +274,17 @@ template <class QV, class KV, class VV, class OV,
           std::enable_if_t<Kokkos::is_view<QV>::value, int> = 0>
 void attention(const QV& q, const KV& k, const VV& v, const OV& o,
                const AttentionOptions& options = AttentionOptions()) {
-  attention(typename OV::execution_space(), q, k, v, o, options);
+  attention(impl::default_space<OV>("attention"), q, k, v, o, options);
 }
 template <class QV, class KV, class VV, class OV, class LV,
           std::enable_if_t<Kokkos::is_view<QV>::value, int> = 0>
 void attention(const QV& q, const KV& k, const VV& v, const OV& o, const AttentionOptions& options,
                const LV& lse) {
-  attention(typename OV::execution_space(), q, k, v, o, options, lse);
+  attention(impl::default_space<OV>("attention"), q, k, v, o, options, lse);
 }
 template <class OP, class LP, class OV, class LV>
 void merge_attention(const OP& o_parts, const LP& lse_parts, const OV& o, const LV& lse) {
-  merge_attention(typename OV::execution_space(), o_parts, lse_parts, o, lse);
+  merge_attention(impl::default_space<OV>("merge_attention"), o_parts, lse_parts, o, lse);
 }
 
 }  // namespace kflash

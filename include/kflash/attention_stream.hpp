@@ -74,7 +74,7 @@ class AttentionStream {
   template <class QView>
   AttentionStream(const QView& q, std::int64_t dv, const AttentionOptions& options = {},
                   std::int64_t query_offset = 0)
-      : AttentionStream(ExecSpace(), q, dv, options, query_offset) {}
+      : AttentionStream(impl::initialized_space<ExecSpace>("AttentionStream"), q, dv, options, query_offset) {}
 
   AttentionStream(const AttentionStream&) = delete;
   AttentionStream& operator=(const AttentionStream&) = delete;
@@ -153,13 +153,13 @@ class AttentionStream {
   /// The same on the default instance of the execution space.
   template <class KView, class VView>
   void update(const KView& k, const VView& v, std::int64_t key_offset) {
-    update(ExecSpace(), k, v, key_offset);
+    update(impl::initialized_space<ExecSpace>("AttentionStream::update"), k, v, key_offset);
   }
   template <class OView, class LView>
   void result(const OView& o, const LView& lse) const {
-    result(ExecSpace(), o, lse);
+    result(impl::initialized_space<ExecSpace>("AttentionStream::result"), o, lse);
   }
-  void merge(const AttentionStream& other) { merge(ExecSpace(), other); }
+  void merge(const AttentionStream& other) { merge(impl::initialized_space<ExecSpace>("AttentionStream::merge"), other); }
 
  private:
   using index_t = impl::index_t;
@@ -170,6 +170,7 @@ class AttentionStream {
     static_check_view<ExecSpace, QView, false>();
     static_assert(std::is_same<std::remove_cv_t<typename QView::value_type>, T>::value,
                   "kflash::AttentionStream: q's value type must be the stream's T");
+    require_initialized("AttentionStream");
     require_rank("AttentionStream", "q", q, 4, 4);
     if constexpr (view_rank<QView> == 4) {
       return query_type(q);

@@ -36,7 +36,10 @@ void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, c
   static_assert(std::is_same<std::remove_cv_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
                 "kflash::cross_entropy: logits and loss must have the same value type");
   const char* fn = "cross_entropy";
+  require_initialized(fn);
   require_rank(fn, "logits", logits, 2, 2);
+  require_disjoint(fn, "loss", loss, "logits", logits);
+  require_disjoint(fn, "loss", loss, "targets", targets);
   require_rank(fn, "targets", targets, 1, 1);
   require_rank(fn, "loss", loss, 1, 1);
   if constexpr (view_rank<LogitsView> == 2 && view_rank<TargetsView> == 1 && view_rank<LossView> == 1) {
@@ -119,13 +122,13 @@ template <class LogitsView, class TargetsView, class LossView,
           std::enable_if_t<Kokkos::is_view<LogitsView>::value, int> = 0>
 void cross_entropy(const LogitsView& logits, const TargetsView& targets, const LossView& loss,
                    const CrossEntropyOptions& options = {}) {
-  cross_entropy(typename LogitsView::execution_space(), logits, targets, loss, options);
+  cross_entropy(impl::default_space<LogitsView>("cross_entropy"), logits, targets, loss, options);
 }
 template <class LogitsView, class TargetsView, class LossView, class MeanView,
           std::enable_if_t<Kokkos::is_view<LogitsView>::value && Kokkos::is_view<MeanView>::value, int> = 0>
 void cross_entropy(const LogitsView& logits, const TargetsView& targets, const LossView& loss, const MeanView& mean,
                    const CrossEntropyOptions& options = {}) {
-  cross_entropy(typename LogitsView::execution_space(), logits, targets, loss, mean, options);
+  cross_entropy(impl::default_space<LogitsView>("cross_entropy"), logits, targets, loss, mean, options);
 }
 
 }  // namespace kflash

@@ -17,9 +17,11 @@ void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
   static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename YView::value_type>::value,
                 "kflash: x and y must have the same value type");
   const char* fn = row_op_name(Op);
+  require_initialized(fn);
   require_rank(fn, "x", x, 1, 2);
   require_same_shape(fn, "x", x, "y", y);
   if constexpr (view_rank<XView> == view_rank<YView> && view_rank<XView> >= 1 && view_rank<XView> <= 2) {
+    require_same_or_disjoint(fn, "x", x, "y", y);
     dispatch_rows<Op>(exec, Rows<XView>{x}, Rows<YView>{y});
   }
 }
@@ -50,7 +52,9 @@ void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
                 "kflash: x and out must have the same value type");
   constexpr int xr = view_rank<XView>;
   constexpr int outr = view_rank<OutView>;
+  require_initialized("logsumexp");
   require_rank("logsumexp", "x", x, 1, 2);
+  require_disjoint("logsumexp", "out", out, "x", x);
   if (outr != xr - 1 || (xr == 2 && out.extent(0) != x.extent(0))) {
     throw_invalid_argument("logsumexp", "argument '" + describe("out", out) + "' does not fit '" +
                                             describe("x", x) +
@@ -65,15 +69,15 @@ void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
 /// The same, on the default execution space of x's View.
 template <class XView, class YView>
 void softmax(const XView& x, const YView& y) {
-  softmax(typename XView::execution_space(), x, y);
+  softmax(impl::default_space<XView>("softmax"), x, y);
 }
 template <class XView, class YView>
 void log_softmax(const XView& x, const YView& y) {
-  log_softmax(typename XView::execution_space(), x, y);
+  log_softmax(impl::default_space<XView>("log_softmax"), x, y);
 }
 template <class XView, class OutView>
 void logsumexp(const XView& x, const OutView& out) {
-  logsumexp(typename XView::execution_space(), x, out);
+  logsumexp(impl::default_space<XView>("logsumexp"), x, out);
 }
 
 }  // namespace kflash

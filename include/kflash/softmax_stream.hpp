@@ -53,7 +53,7 @@ class SoftmaxStream {
     Kokkos::deep_copy(exec, states_, SoftmaxState<T>::identity());
   }
   template <class YView>
-  explicit SoftmaxStream(const YView& y) : SoftmaxStream(ExecSpace(), y) {}
+  explicit SoftmaxStream(const YView& y) : SoftmaxStream(impl::initialized_space<ExecSpace>("SoftmaxStream"), y) {}
 
   SoftmaxStream(const SoftmaxStream&) = delete;
   SoftmaxStream& operator=(const SoftmaxStream&) = delete;
@@ -139,15 +139,15 @@ class SoftmaxStream {
   /// The same on the default instance of the execution space.
   template <class TileView>
   void update(const TileView& tile, std::int64_t col0) {
-    update(ExecSpace(), tile, col0);
+    update(impl::initialized_space<ExecSpace>("SoftmaxStream::update"), tile, col0);
   }
   template <class OutView>
   void logsumexp(const OutView& out) const {
-    logsumexp(ExecSpace(), out);
+    logsumexp(impl::initialized_space<ExecSpace>("SoftmaxStream::logsumexp"), out);
   }
   template <class OutView>
   void finalize(const OutView& out, Normalize what) {
-    finalize(ExecSpace(), out, what);
+    finalize(impl::initialized_space<ExecSpace>("SoftmaxStream::finalize"), out, what);
   }
 
  private:
@@ -157,6 +157,7 @@ class SoftmaxStream {
     static_check_view<ExecSpace, YView, true>();
     static_assert(std::is_same<typename YView::value_type, T>::value,
                   "kflash::SoftmaxStream: y's value type must be the stream's T");
+    require_initialized("SoftmaxStream");
     require_rank("SoftmaxStream", "y", y, 2, 2);
     if constexpr (view_rank<YView> == 2) {
       return values_type(y);

@@ -268,6 +268,9 @@ static void errors(void) {
   CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &bad_v, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
         "mismatched extents");
   CHECK(strstr(kflash_last_error(), "v (2, 1, 4, 8)") != NULL, "%s", kflash_last_error());
+  /* Every message begins with the C function's name, also those of the C++ layer's checks. */
+  CHECK(strncmp(kflash_last_error(), "kflash_attention: ", 18) == 0 && strstr(kflash_last_error(), "kflash::") == NULL,
+        "%s", kflash_last_error());
   /* lse of the wrong shape. */
   kflash_array bad_lse = al;
   bad_lse.extent[2] = 3;

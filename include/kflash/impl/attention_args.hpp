@@ -165,7 +165,9 @@ AttentionTerms<T, ScoreStage<T, ScoreMod, MaskMod>> attention_terms(const Attent
       so.alibi = option_array<ExecSpace, T>(opt.alibi_slopes, "options.alibi_slopes", {p.B, p.Hq}, 0, expected);
     }
   }
-  const std::string pairs = "(B or 1, Hq or 1, Nq, Nk) = (" + B + " or 1, " + Hq + " or 1, " + Nq + ", " + Nk + ")";
+  // A broadcast extent's value: "2 or 1", or "1" where the extent is 1 already.
+  const auto or_one = [](const std::string& e) { return e == "1" ? e : e + " or 1"; };
+  const std::string pairs = "(B or 1, Hq or 1, Nq, Nk) = (" + or_one(B) + ", " + or_one(Hq) + ", " + Nq + ", " + Nk + ")";
   so.bias = option_array<ExecSpace, T>(opt.bias, "options.bias", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
   so.mask = option_array<ExecSpace, bool>(opt.mask, "options.mask", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
   const Strided<T> sinks = option_array<ExecSpace, T>(opt.sinks, "options.sinks", {p.Hq}, 0, "(Hq) = (" + Hq + ")");
@@ -179,7 +181,7 @@ AttentionTerms<T, ScoreStage<T, ScoreMod, MaskMod>> attention_terms(const Attent
                   nbk = (p.Nk + opt.block_mask_k - 1) / opt.block_mask_k;
     block_mask.blocks = option_array<ExecSpace, bool>(
         opt.block_mask, "options.block_mask", {p.B, p.Hq, nbq, nbk}, 2,
-        "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (" + B + " or 1, " + Hq + " or 1, " +
+        "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (" + or_one(B) + ", " + or_one(Hq) + ", " +
             std::to_string(nbq) + ", " + std::to_string(nbk) + ")");
     block_mask.rows = opt.block_mask_q, block_mask.keys = opt.block_mask_k;
   }

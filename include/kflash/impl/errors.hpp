@@ -4,6 +4,7 @@
 #include <kflash/impl/compat.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -14,6 +15,22 @@ std::string describe_extents(const char* name, int rank, const std::size_t* exte
 
 /// Throws std::invalid_argument("kflash::<function>: <message>").
 [[noreturn]] void throw_invalid_argument(const char* function, const std::string& message);
+
+/// Throws std::runtime_error("kflash::<function>: Kokkos is not initialized ...") unless called
+/// between Kokkos::initialize and Kokkos::finalize. Every entry point checks it first.
+void require_initialized(const char* function);
+
+/// The default instance of an execution space, for the calls made without one; checks that Kokkos
+/// is initialized before the instance is made.
+template <class ExecSpace>
+ExecSpace initialized_space(const char* function) {
+  require_initialized(function);
+  return ExecSpace();
+}
+template <class View>
+typename View::execution_space default_space(const char* function) {
+  return initialized_space<typename View::execution_space>(function);
+}
 
 template <class View>
 std::string describe(const char* name, const View& v) {
@@ -55,6 +72,57 @@ void require_same_shape(const char* function, const char* name_a, const A& a, co
   if (!same_extents(a, b)) {
     throw_invalid_argument(function, "argument '" + describe(name_b, b) + "' must have the shape of '" +
                                          describe(name_a, a) + "'");
+  }
+}
+
+/// The bytes from a View's first element to the end of its last: 0 when it has no element. (A
+/// strided View's span() may count past its last element.)
+template <class View>
+std::size_t footprint_bytes(const View& v) {
+  if (v.size() == 0 || v.data() == nullptr) return 0;
+  std::size_t last = 0;
+  for (int i = 0; i < view_rank<View>; ++i) last += (v.extent(i) - 1) * v.stride(i);
+  return (last + 1) * sizeof(typename View::value_type);
+}
+
+/// Whether the memory of two Views, from the first element to the end of the last of each, shares
+/// a byte. Views in different memory spaces never do.
+template <class A, class B>
+bool overlap(const A& a, const B& b) {
+  if constexpr (!std::is_same<typename A::memory_space, typename B::memory_space>::value) {
+    return false;
+  } else {
+    const std::size_t a_bytes = footprint_bytes(a), b_bytes = footprint_bytes(b);
+    if (a_bytes == 0 || b_bytes == 0) return false;
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
+    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+  }
+}
+
+/// Throws unless the output `out` and the input `in` occupy disjoint memory.
+template <class Out, class In>
+void require_disjoint(const char* function, const char* out_name, const Out& out, const char* in_name, const In& in) {
+  if (overlap(out, in)) {
+    throw_invalid_argument(function, "argument '" + describe(out_name, out) + "' overlaps '" +
+                                         describe(in_name, in) + "' in memory: an output must not alias an input");
+  }
+}
+
+/// Throws unless `y` is either the View `x` itself (the same data, extents and strides: in place)
+/// or disjoint from it; a partial overlap would read elements the call has already written.
+template <class X, class Y>
+void require_same_or_disjoint(const char* function, const char* x_name, const X& x, const char* y_name,
+                              const Y& y) {
+  if (!overlap(x, y)) return;
+  bool same = static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && same_extents(x, y);
+  if constexpr (view_rank<X> == view_rank<Y>) {
+    for (int i = 0; i < view_rank<X>; ++i) same = same && (x.extent(i) <= 1 || x.stride(i) == y.stride(i));
+  }
+  if (!same) {
+    throw_invalid_argument(function, "argument '" + describe(y_name, y) + "' overlaps '" + describe(x_name, x) +
+                                         "' in memory without being the same View: pass the same View to work "
+                                         "in place, or disjoint memory");
   }
 }
 
