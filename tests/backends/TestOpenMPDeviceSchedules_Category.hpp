@@ -35,3 +35,7 @@ struct ScheduleTraits<Kokkos::OpenMP> : HostTeamDeviceTraits {};
 
 #define TEST_EXECSPACE Kokkos::OpenMP
 #define TEST_CATEGORY openmp_device_schedules
+// This lane tests the device schedules' structure (barriers, scratch, merges), which size adds
+// nothing to past a few teams per row: the cases that are long for the sake of accuracy or of the
+// host kernels' streaming run shorter here, or not at all (the Serial, OpenMP and Cuda lanes run them).
+#define KFLASH_TEST_DEVICE_SCHEDULES_ON_HOST 1
