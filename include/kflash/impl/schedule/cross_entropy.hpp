@@ -117,9 +117,9 @@ struct CrossEntropyLoss {
     }
     auto s = ws(r, 0);
     for (index_t j = 1; j < chunks; ++j) s.merge(ws(r, j));
-    const T v = cross_entropy_loss(s, cols, terms);
-    loss(r) = v;
-    total.sum += double(v);
+    const double v = cross_entropy_loss(s, cols, terms);
+    loss(r) = T(v);
+    total.sum += v;
     total.counted += 1;
   }
 };

@@ -72,12 +72,14 @@ struct LossTerms {
 /// The numerics contract: a row with NaN or +inf has loss NaN; a target logit of -inf, or a row of
 /// only -inf, has log p_t = -inf and so loss +inf; a term whose coefficient is 0 is left out. The
 /// smoothing term needs the logits' sum finite in T (it is +-inf past T's range, and the loss with it).
+/// The loss is returned in double, before its rounding to T: the mean over rows sums these, so a
+/// row whose loss is past T's range still counts at its value.
 template <class T>
-KOKKOS_INLINE_FUNCTION T cross_entropy_loss(const LogitStats<T>& s, index_t cols, const LossTerms& terms) {
+KOKKOS_INLINE_FUNCTION double cross_entropy_loss(const LogitStats<T>& s, index_t cols, const LossTerms& terms) {
   const T l = s.state.total();
   const double inf = infinity<double>();
-  if (l != l || s.state.max == infinity<T>()) return quiet_nan<T>();
-  if (s.state.max == -infinity<T>()) return T(inf);
+  if (l != l || s.state.max == infinity<T>()) return quiet_nan<double>();
+  if (s.state.max == -infinity<T>()) return inf;
   const double m = double(s.state.max);
   const double log_l = impl::log(double(s.state.sum) + double(s.state.comp));
   double loss = 0;
@@ -89,7 +91,7 @@ KOKKOS_INLINE_FUNCTION T cross_entropy_loss(const LogitStats<T>& s, index_t cols
     loss += terms.label_smoothing * ((m - mean) + log_l);
   }
   if (terms.z_loss != 0) loss += terms.z_loss * (m + log_l) * (m + log_l);
-  return T(loss);
+  return loss;
 }
 
 }  // namespace kflash::impl
