@@ -10,6 +10,13 @@
 #                                          libraries they need beyond the C and C++ runtimes, in
 #                                          <CUDA build dir>/bundle/, to run on a machine that has a GPU
 #                                          (bundle/run-gpu-checks.sh [kflash-bench args])
+#   bash cmake/kflash-dev.sh sanitize      CI lane: the Serial and OpenMP tests, the C tests and the fuzzer
+#                                          built with AddressSanitizer + UndefinedBehaviorSanitizer
+#                                          (GCC) in build-sanitize/, run by ctest; against Kokkos 4.6.01
+#                                          (built once into the cache from ../shared/deps/) where its
+#                                          tarball is there, else against the set-up's Kokkos
+#   bash cmake/kflash-dev.sh kokkos46      the same tests, optimised, against Kokkos 4.6.01 (skipped,
+#                                          with a message, where that tarball is absent)
 #   bash cmake/kflash-dev.sh deps          only set up the dependencies
 #   bash cmake/kflash-dev.sh build         only set up and build
 #
@@ -237,6 +244,78 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+# --- 5. CI lanes beyond the test command ------------------------------------------------------------
+# The test executables these lanes build and run: every test body on Serial and OpenMP, the C
+# interface, calls outside initialize/finalize, and the fuzzer.
+lane_targets=(kflash_test_serial kflash_test_openmp kflash_test_c_api kflash_test_c_attention
+              kflash_test_c_kokkos_first kflash_test_uninitialized kflash_fuzz)
+lane_tests='^(serial|openmp_2thread|c_api|c_attention|c_api_kokkos_first|uninitialized|fuzz)$'
+
+# lane NAME BUILD_DIR KOKKOS_ROOT [cmake options...]: configures kflash's tests in BUILD_DIR with
+# warnings as errors, builds lane_targets, runs them with ctest, and says how long it took.
+lane() {
+  local name=$1 dir=$2 root=$3 start=$SECONDS; shift 3
+  say "$name lane: configuring and building in $dir"
+  cmake -S "$src_dir" -B "$dir" -G Ninja ${root:+-DKokkos_ROOT="$root"} -DKFLASH_ENABLE_TESTS=ON \
+        -DKFLASH_ENABLE_PERF=OFF -DKFLASH_ENABLE_FORTRAN=OFF -DKFLASH_ENABLE_MPI=OFF -DKFLASH_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "${lane_targets[@]}"
+  ctest --test-dir "$dir" --output-on-failure -R "$lane_tests"
+  say "$name lane: passed in $((SECONDS - start)) s"
+}
+
+# Sets kokkos46_root to Kokkos 4.6.01 (Serial + OpenMP), built once into the cache from the tarball
+# beside the project, or to nothing (with a message) where that tarball is absent.
+kokkos46_tarball=$src_dir/../shared/deps/kokkos-4.6.01.tar.gz
+setup_kokkos46() {
+  kokkos46_root=
+  if [ ! -f "$kokkos46_tarball" ]; then
+    say "no $kokkos46_tarball (it is beside the project in CI only): Kokkos 4.6 not used"
+    return 0
+  fi
+  local prefix=$cache_dir/kokkos-4.6.01-serial-openmp-r1
+  if [ -z "$(probe_kokkos "$prefix")" ]; then
+    local sum work=$cache_dir/build-kokkos-4.6.01 log
+    sum=$(cut -d' ' -f1 "$kokkos46_tarball.sha256")
+    echo "$sum  $kokkos46_tarball" | sha256sum -c --quiet - || die "$kokkos46_tarball does not match its .sha256"
+    rm -rf "$work" && mkdir -p "$work/src"
+    log=$work/build.log
+    tar -xzf "$kokkos46_tarball" -C "$work/src" --strip-components=1
+    say "building Kokkos 4.6.01 (Serial + OpenMP) into $prefix (log: $log)"
+    quietly "$log" cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+          -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+          -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_TESTS=OFF
+    quietly "$log" cmake --build "$work/build" -j "$jobs"
+    quietly "$log" cmake --install "$work/build"
+    rm -rf "$work"
+  fi
+  kokkos46_root=$prefix
+}
+
+# ASan + UBSan (GCC), against Kokkos 4.6.01 where its tarball is beside the project (so that CI
+# builds and runs the tests on both Kokkos versions without a third build), else against the
+# set-up's Kokkos. Any finding stops the program with a report, so ctest fails. Leak checking is
+# on; Kokkos itself is not instrumented.
+sanitize() {
+  setup_deps
+  setup_kokkos46
+  local root=${kokkos46_root:-$kokkos_root}
+  local flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  say "sanitizer lane against Kokkos $(probe_kokkos "$root")"
+  lane sanitizer "${KFLASH_SANITIZE_BUILD_DIR:-$src_dir/build-sanitize}" "$root" -DCMAKE_BUILD_TYPE=None \
+       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+       -DKFLASH_FUZZ_SECONDS=${KFLASH_FUZZ_SECONDS:-90}
+}
+
+# The same tests, optimised and unsanitized, against Kokkos 4.6.01 (skipped without its tarball).
+kokkos46() {
+  need_packages "${base_packages[@]}"
+  setup_kokkos46
+  [ -n "$kokkos46_root" ] || return 0
+  lane "Kokkos 4.6.01" "${KFLASH_KOKKOS46_BUILD_DIR:-$src_dir/build-kokkos46}" "$kokkos46_root" -DCMAKE_BUILD_TYPE=Release
+}
+
 # Copies the CUDA executables and their non-system shared libraries into <CUDA build dir>/bundle/.
 bundle_cuda() {
   local dir=$cuda_build_dir/bundle lib
@@ -255,6 +334,8 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   deps)  setup_deps ;;
+  sanitize) sanitize ;;
+  kokkos46) kokkos46 ;;
   bundle) build_cuda kflash_test_cuda kflash-bench
           bundle_cuda ;;
   build) build ;;
@@ -268,5 +349,5 @@ case "$cmd" in
            say "kflash_test_openmp, kflash_test_cross_backend, kflash-demo, kflash-accuracy, both consumer"
            say "projects); the test executables were skipped: no CUDA device on this machine"
          fi ;;
-  *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|deps|build} [args]" ;;
+  *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|sanitize|kokkos46|bundle|deps|build} [args]" ;;
 esac

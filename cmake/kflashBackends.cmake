@@ -24,9 +24,10 @@ endfunction()
 # a __host__ function called from __host__ __device__ code (cudafe 20011) and an implicit capture
 # of 'this' in an extended lambda (20178).
 option(KFLASH_CUDA_DEVICE_WERROR "Make nvcc device-code diagnostics errors for kflash's targets" OFF)
+option(KFLASH_WERROR "Make warnings errors for kflash's own targets (CI lanes)" OFF)
 function(kflash_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    target_compile_options(${target} PRIVATE -Wall -Wextra)
+    target_compile_options(${target} PRIVATE -Wall -Wextra $<$<BOOL:${KFLASH_WERROR}>:-Werror>)
   endif()
   if(KFLASH_CUDA_DEVICE_WERROR)
     target_compile_options(${target} PRIVATE "SHELL:-Xcudafe --diag_error=20011"
