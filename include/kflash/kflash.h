@@ -31,7 +31,15 @@ typedef enum kflash_status {
   KFLASH_ERROR_INTERNAL = 4          /* anything else; the message says what */
 } kflash_status;
 
-typedef enum kflash_memory { KFLASH_MEMORY_HOST = 0, KFLASH_MEMORY_DEVICE = 1 } kflash_memory;
+/* The enumerations' _RANGE_MIN_ and _RANGE_MAX_ members are no values to pass: they make every int a
+ * value of the type in C++ as it is in C, so that the library can refuse a wrong one without
+ * reading an out-of-range enumeration (undefined in C++). */
+typedef enum kflash_memory {
+  KFLASH_MEMORY_HOST = 0,
+  KFLASH_MEMORY_DEVICE = 1,
+  KFLASH_MEMORY_RANGE_MIN_ = -2147483647 - 1,
+  KFLASH_MEMORY_RANGE_MAX_ = 2147483647
+} kflash_memory;
 
 /* Initializes Kokkos unless the application already has: both orders work. kflash_finalize
  * finalizes Kokkos only if kflash_initialize initialized it (Kokkos cannot be initialized again
@@ -72,7 +80,9 @@ typedef enum kflash_dtype {
   KFLASH_FLOAT64 = 1,
   KFLASH_BOOL = 2, /* C's _Bool, C++'s bool, Fortran's logical(c_bool) */
   KFLASH_INT32 = 3,
-  KFLASH_INT64 = 4
+  KFLASH_INT64 = 4,
+  KFLASH_DTYPE_RANGE_MIN_ = -2147483647 - 1,
+  KFLASH_DTYPE_RANGE_MAX_ = 2147483647
 } kflash_dtype;
 
 #define KFLASH_MAX_RANK 5
@@ -88,7 +98,9 @@ typedef struct kflash_array {
 typedef enum kflash_schedule {
   KFLASH_SCHEDULE_AUTOMATIC = 0,
   KFLASH_SCHEDULE_PREFILL = 1,
-  KFLASH_SCHEDULE_SPLIT_KV = 2
+  KFLASH_SCHEDULE_SPLIT_KV = 2,
+  KFLASH_SCHEDULE_RANGE_MIN_ = -2147483647 - 1,
+  KFLASH_SCHEDULE_RANGE_MAX_ = 2147483647
 } kflash_schedule;
 
 /* attention()'s options, field for field as in the C++ kflash::AttentionOptions (whose comments give

@@ -32,6 +32,7 @@ template <int VB>
 struct TableExp {
   using V = Vec<float, VB>;
   using bits = typename Vec<std::int32_t, VB>::type;
+  using ubits = typename Vec<std::uint32_t, VB>::type;  // bit arithmetic that wraps
   using C = ExpConstants<float>;
   static constexpr int W = VB / int(sizeof(float));
   static_assert(W == 8 || W == 16, "kflash: TableExp has tables for 8 and 16 lanes");
@@ -73,7 +74,8 @@ struct TableExp {
     q = q * r + 1.0f;
     q = q * r;
     const bits tb = (bits)t;  // vector casts keep the bits
-    const F s = (F)(__builtin_shuffle(table, tb) + (tb << index_shift));  // the shuffle takes j = tb mod W
+    // The shuffle takes j = tb mod W; the sum is taken unsigned, as the shift pushes t's exponent out.
+    const F s = (F)((ubits)__builtin_shuffle(table, tb) + ((ubits)tb << index_shift));
     x = x < C::lowest ? F{} : s * q + s;
   }
 
@@ -106,6 +108,7 @@ template <>
 struct LaneExp<double, 64> {
   using V = Vec<double, 64>;
   using bits = std::int64_t __attribute__((vector_size(64)));
+  using ubits = std::uint64_t __attribute__((vector_size(64)));  // bit arithmetic that wraps
   using C = ExpConstants<double>;
 
   /// The bits of 2^(j/16) - j 2^48: adding t's bits shifted by 48 (16 k + j, the magic constant
@@ -139,7 +142,7 @@ struct LaneExp<double, 64> {
     q = q * r;
     const bits tb = (bits)t;  // vector casts keep the bits
     const bits entry = (bits)_mm512_permutex2var_epi64((__m512i)lo, (__m512i)tb, (__m512i)hi);
-    const bits sb = entry + (tb << 48);
+    const ubits sb = (ubits)entry + ((ubits)tb << 48);  // unsigned: the shift pushes t's exponent out
     const V::type s = (V::type)sb;
     const V::type e = s * q + s;
     return x < C::lowest ? V::type{} : e;  // false for NaN: its e is NaN
