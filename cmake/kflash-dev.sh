@@ -10,11 +10,12 @@
 #                                          libraries they need beyond the C and C++ runtimes, in
 #                                          <CUDA build dir>/bundle/, to run on a machine that has a GPU
 #                                          (bundle/run-gpu-checks.sh [kflash-bench args])
-#   bash cmake/kflash-dev.sh sanitize      CI lane: the Serial and OpenMP tests, the C tests and the fuzzer
+#   bash cmake/kflash-dev.sh sanitize [calls]  the Serial and OpenMP tests, the C tests and the fuzzer
 #                                          built with AddressSanitizer + UndefinedBehaviorSanitizer
 #                                          (GCC) in build-sanitize/, run by ctest; against Kokkos 4.6.01
 #                                          (built once into the cache from ../shared/deps/) where its
-#                                          tarball is there, else against the set-up's Kokkos
+#                                          tarball is there, else against the set-up's Kokkos;
+#                                          'calls' (CI's lane): the C tests and the fuzzer only
 #   bash cmake/kflash-dev.sh kokkos46      the same tests, optimised, against Kokkos 4.6.01 (skipped,
 #                                          with a message, where that tarball is absent)
 #   bash cmake/kflash-dev.sh deps          only set up the dependencies
@@ -296,7 +297,15 @@ setup_kokkos46() {
 # set-up's Kokkos. Any finding stops the program with a report, so ctest fails. Leak checking is
 # on; Kokkos itself is not instrumented. -O2, as the host kernels' fp32 exp needs the multiply-add
 # contraction GCC does from -O2 on to stay within its bounds near the underflow threshold.
+# 'sanitize calls' builds and runs only the programs that reach every entry point through short
+# compiles (the C tests, the uninitialized calls and the fuzzer): what CI runs, as the whole set's
+# sanitized build takes over half an hour on 2 cores.
 sanitize() {
+  if [ "${1:-all}" = calls ]; then
+    lane_targets=(kflash_test_c_api kflash_test_c_attention kflash_test_c_kokkos_first kflash_test_uninitialized
+                  kflash_fuzz)
+    lane_tests='^(c_api|c_attention|c_api_kokkos_first|uninitialized|fuzz)$'
+  fi
   setup_deps
   setup_kokkos46
   local root=${kokkos46_root:-$kokkos_root}
@@ -337,7 +346,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   deps)  setup_deps ;;
-  sanitize) sanitize ;;
+  sanitize) sanitize "$@" ;;
   kokkos46) kokkos46 ;;
   bundle) build_cuda kflash_test_cuda kflash-bench
           bundle_cuda ;;
