@@ -83,17 +83,24 @@ void check_memory(const char* function, kflash_memory memory) {
     fail(KFLASH_ERROR_UNSUPPORTED, function, "device memory, but kflash was built without a device backend");
 }
 
-/// Calls f(exec) on the execution space of `memory` (a kind check_memory accepted).
+/// Calls f(exec) on the execution space of `memory` (a kind check_memory accepted), where this host
+/// thread may launch its kernels (KFLASH_ERROR_UNSUPPORTED where the Kokkos version does not allow it).
 template <class F>
-void on_memory(kflash_memory memory, F&& f) {
+void on_memory(const char* function, kflash_memory memory, F&& f) {
+  const auto run = [&](const auto& exec) {
+    using Exec = std::decay_t<decltype(exec)>;
+    if (!kflash::impl::launches_from_this_thread<Exec>())
+      fail(KFLASH_ERROR_UNSUPPORTED, function, kflash::impl::wrong_thread_message(Exec::name()));
+    f(exec);
+  };
 #if KFLASH_HAS_CUDA
   if (memory == KFLASH_MEMORY_DEVICE) {
-    f(Kokkos::DefaultExecutionSpace());
+    run(Kokkos::DefaultExecutionSpace());
     return;
   }
 #endif
   (void)memory;
-  f(Kokkos::DefaultHostExecutionSpace());
+  run(Kokkos::DefaultHostExecutionSpace());
 }
 
 /// An unmanaged (rows, cols) View of p with the given row stride in `Exec`'s memory.
@@ -117,7 +124,7 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
       check_rows(function, "y", y, rows, cols, y_row_stride);
     }
     if (rows == 0 || (cols == 0 && Op != kflash::impl::RowOp::logsumexp)) return;
-    on_memory(memory, [&](const auto& exec) {
+    on_memory(function, memory, [&](const auto& exec) {
       using Exec = std::decay_t<decltype(exec)>;
       const auto xv = rows_view<Exec>(x, rows, cols, x_row_stride);
       if constexpr (Op == kflash::impl::RowOp::logsumexp) {
@@ -311,7 +318,7 @@ void attention_call(const char* function, kflash_memory memory, const kflash_arr
   const kflash_array& oo = required<T>(function, "o", o, R, true);
   const bool has_lse = lse != nullptr && lse->data != nullptr;
   if (has_lse) required<T>(function, "lse", lse, R - 1, true);
-  on_memory(memory, [&](const auto& exec) {
+  on_memory(function, memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     const kflash::AttentionOptions opt = cxx_options<Exec>(function, options);
     const auto qv = strided_view<Exec, const T, R>(q);
@@ -342,7 +349,7 @@ void merge_typed(const char* function, kflash_memory memory, const kflash_array*
   const kflash_array& lp = required<T>(function, "lse_parts", lse_parts, 4);
   const kflash_array& ov = required<T>(function, "o", o, 4, true);
   const kflash_array& lv = required<T>(function, "lse", lse, 3, true);
-  on_memory(memory, [&](const auto& exec) {
+  on_memory(function, memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     kflash::merge_attention(exec, strided_view<Exec, const T, 5>(op), strided_view<Exec, const T, 4>(lp),
                             strided_view<Exec, T, 4>(ov), strided_view<Exec, T, 3>(lv));

@@ -26,4 +26,20 @@ void require_initialized(const char* function) {
                              "and none after Kokkos::finalize)");
 }
 
+std::string wrong_thread_message(const char* space) {
+  return std::string("this host thread cannot launch ") + space + " kernels: Kokkos " +
+         std::to_string(KOKKOS_VERSION / 10000) + "." + std::to_string(KOKKOS_VERSION / 100 % 100) +
+         " runs them only from the thread that initialized it, outside parallel regions (Kokkos 4.4 and later "
+         "run them from any host thread)";
+}
+
+void throw_wrong_thread(const char* function, const char* space) {
+  throw std::runtime_error(std::string("kflash::") + function + ": " + wrong_thread_message(space));
+}
+
+std::recursive_mutex& call_lock() {
+  static std::recursive_mutex lock;
+  return lock;
+}
+
 }  // namespace kflash::impl

@@ -25,7 +25,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
   using T = typename OV::non_const_value_type;
   using Mem = typename ExecSpace::memory_space;
   const char* fn = "attention";
-  require_initialized(fn);
+  const CallScope<ExecSpace> call(fn);
   const bool varlen = !opt.cu_seqlens_q.empty() || !opt.cu_seqlens_k.empty();
   const bool paged = !opt.block_table.empty() || !opt.cache_seqlens.empty();
   if (varlen && paged)
@@ -219,6 +219,7 @@ Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space> ma
     const ExecSpace& exec, const MaskMod& mask_mod, std::int64_t B, std::int64_t Hq, std::int64_t Nq, std::int64_t Nk,
     int block_q = 128, int block_k = 128) {
   using View = Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  const impl::CallScope<ExecSpace> call("make_block_mask");
   if (B < 0 || Hq < 0 || Nq < 0 || Nk < 0 || block_q < 1 || block_k < 1)
     impl::throw_invalid_argument("make_block_mask", "B, Hq, Nq, Nk must be >= 0 and the block sizes >= 1, got (" +
                                                         std::to_string(B) + ", " + std::to_string(Hq) + ", " +
@@ -241,7 +242,7 @@ void merge_attention(const ExecSpace& exec, const OP& o_parts, const LP& lse_par
                      const LV& lse) {
   using namespace impl;
   const char* fn = "merge_attention";
-  require_initialized(fn);
+  const CallScope<ExecSpace> call(fn);
   static_check_view<ExecSpace, OP, false>();
   static_check_view<ExecSpace, LP, false>();
   static_check_view<ExecSpace, OV, true>();

@@ -43,6 +43,7 @@ class AttentionStream {
       : q_(checked_queries(q)), options_(options), query_offset_(query_offset) {
     using namespace impl;
     const char* fn = "AttentionStream";
+    const CallScope<ExecSpace> call(fn);
     if (dv < 0) throw_invalid_argument(fn, "dv = " + std::to_string(dv) + " must be >= 0");
     const std::pair<const char*, const OptionView*> refused[] = {
         {"options.bias", &options.bias},
@@ -91,6 +92,7 @@ class AttentionStream {
   void update(const ExecSpace& exec, const KView& k, const VView& v, std::int64_t key_offset) {
     using namespace impl;
     const char* fn = "AttentionStream::update";
+    const CallScope<ExecSpace> call(fn);
     require_rank(fn, "k", k, 4, 4);
     require_rank(fn, "v", v, 4, 4);
     if constexpr (view_rank<KView> == 4 && view_rank<VView> == 4) {
@@ -133,6 +135,7 @@ class AttentionStream {
   void merge(const ExecSpace& exec, const AttentionStream& other) {
     using namespace impl;
     const char* fn = "AttentionStream::merge";
+    const CallScope<ExecSpace> call(fn);
     const AttentionOptions& a = options_;
     const AttentionOptions& b = other.options_;
     if (other.B_ != B_ || other.Hq_ != Hq_ || other.Nq_ != Nq_ || other.Dv_ != Dv_ ||
@@ -183,6 +186,7 @@ class AttentionStream {
   void result_impl(const ExecSpace& exec, const OView& o, const LView& lse, bool has_lse) const {
     using namespace impl;
     const char* fn = "AttentionStream::result";
+    const CallScope<ExecSpace> call(fn);
     static_check_view<ExecSpace, OView, true>();
     static_check_view<ExecSpace, LView, true>();
     require_rank(fn, "o", o, 4, 4);

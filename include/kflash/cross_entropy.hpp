@@ -36,7 +36,7 @@ void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, c
   static_assert(std::is_same<std::remove_cv_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
                 "kflash::cross_entropy: logits and loss must have the same value type");
   const char* fn = "cross_entropy";
-  require_initialized(fn);
+  const CallScope<ExecSpace> call(fn);
   require_rank(fn, "logits", logits, 2, 2);
   require_disjoint(fn, "loss", loss, "logits", logits);
   require_disjoint(fn, "loss", loss, "targets", targets);

@@ -27,7 +27,9 @@ typedef enum kflash_status {
   KFLASH_SUCCESS = 0,
   KFLASH_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, extents or strides that do not fit */
   KFLASH_ERROR_NOT_INITIALIZED = 2,  /* Kokkos is not initialized (see kflash_initialize) */
-  KFLASH_ERROR_UNSUPPORTED = 3,      /* device memory in a build without a device backend */
+  KFLASH_ERROR_UNSUPPORTED = 3,      /* device memory in a build without a device backend, or a call
+                                        from a host thread the Kokkos version cannot launch from
+                                        (OpenMP before Kokkos 4.4: only the thread that initialized it) */
   KFLASH_ERROR_INTERNAL = 4          /* anything else; the message says what */
 } kflash_status;
 

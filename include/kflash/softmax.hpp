@@ -17,7 +17,7 @@ void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
   static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename YView::value_type>::value,
                 "kflash: x and y must have the same value type");
   const char* fn = row_op_name(Op);
-  require_initialized(fn);
+  const CallScope<ExecSpace> call(fn);
   require_rank(fn, "x", x, 1, 2);
   require_same_shape(fn, "x", x, "y", y);
   if constexpr (view_rank<XView> == view_rank<YView> && view_rank<XView> >= 1 && view_rank<XView> <= 2) {
@@ -52,7 +52,7 @@ void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
                 "kflash: x and out must have the same value type");
   constexpr int xr = view_rank<XView>;
   constexpr int outr = view_rank<OutView>;
-  require_initialized("logsumexp");
+  const CallScope<ExecSpace> call("logsumexp");
   require_rank("logsumexp", "x", x, 1, 2);
   require_disjoint("logsumexp", "out", out, "x", x);
   if (outr != xr - 1 || (xr == 2 && out.extent(0) != x.extent(0))) {

@@ -48,6 +48,7 @@ class SoftmaxStream {
   /// A stream writing into y (rows, cols), a rank-2 View of T in the space's memory, of any layout.
   template <class YView>
   SoftmaxStream(const ExecSpace& exec, const YView& y) : y_(checked_output(y)) {
+    const impl::CallScope<ExecSpace> call("SoftmaxStream");
     states_ = states_type(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::SoftmaxStream states"),
                           y_.extent(0));
     Kokkos::deep_copy(exec, states_, SoftmaxState<T>::identity());
@@ -72,6 +73,7 @@ class SoftmaxStream {
   void update(const ExecSpace& exec, const TileView& tile, std::int64_t col0) {
     using namespace impl;
     const char* fn = "SoftmaxStream::update";
+    const CallScope<ExecSpace> call(fn);
     static_check_view<ExecSpace, TileView, false>();
     static_assert(std::is_same<std::remove_cv_t<typename TileView::value_type>, T>::value,
                   "kflash::SoftmaxStream::update: the tile's value type must be the stream's T");
@@ -95,6 +97,7 @@ class SoftmaxStream {
   void logsumexp(const ExecSpace& exec, const OutView& out) const {
     using namespace impl;
     const char* fn = "SoftmaxStream::logsumexp";
+    const CallScope<ExecSpace> call(fn);
     static_check_view<ExecSpace, OutView, true>();
     require_rank(fn, "out", out, 1, 1);
     if constexpr (view_rank<OutView> == 1) {
@@ -115,6 +118,7 @@ class SoftmaxStream {
   void finalize(const ExecSpace& exec, const OutView& out, Normalize what) {
     using namespace impl;
     const char* fn = "SoftmaxStream::finalize";
+    const CallScope<ExecSpace> call(fn);
     static_check_view<ExecSpace, OutView, true>();
     static_assert(std::is_same<typename OutView::value_type, T>::value,
                   "kflash::SoftmaxStream::finalize: out's value type must be the stream's T");

@@ -73,6 +73,22 @@ KOKKOS_INLINE_FUNCTION void volatile_store(volatile T& dst, const T& value) {
   for (std::size_t i = 0; i < sizeof(T); ++i) to[i] = from[i];
 }
 
+// --- Host threads. From 4.4 on, each Serial and OpenMP instance serialises the kernels that several
+// host threads launch on it, and OpenMP runs kernels launched from any host thread. Before, a Serial
+// instance's team scratch had no lock, and OpenMP ran reductions and team kernels only from the
+// thread that initialised it (other threads: "ERROR: in parallel or not initialized").
+inline constexpr bool kokkos_serialises_host_threads = KOKKOS_VERSION >= 40400;
+
+/// Whether this host thread may launch kernels on ExecSpace (false: Kokkos before 4.4 would refuse
+/// or misrun them: OpenMP from a thread other than its master, or from inside a parallel region).
+template <class ExecSpace>
+bool launches_from_this_thread() {
+#if KOKKOS_VERSION < 40400 && defined(KOKKOS_ENABLE_OPENMP)
+  if constexpr (std::is_same<ExecSpace, Kokkos::OpenMP>::value) return !Kokkos::OpenMP::in_parallel();
+#endif
+  return true;
+}
+
 }  // namespace kflash::impl
 
 // Placed inside a reducer class whose non-volatile join(value_type&, const value_type&) exists:

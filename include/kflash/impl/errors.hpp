@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -19,6 +20,34 @@ std::string describe_extents(const char* name, int rank, const std::size_t* exte
 /// Throws std::runtime_error("kflash::<function>: Kokkos is not initialized ...") unless called
 /// between Kokkos::initialize and Kokkos::finalize. Every entry point checks it first.
 void require_initialized(const char* function);
+
+/// Why this host thread cannot launch `space`'s kernels (Kokkos before 4.4 runs them only from the
+/// thread that initialised it), and the std::runtime_error("kflash::<function>: <why>") that says so.
+/// Compiled in src/errors.cpp.
+std::string wrong_thread_message(const char* space);
+[[noreturn]] void throw_wrong_thread(const char* function, const char* space);
+
+/// The lock that serialises kflash's calls where Kokkos does not serialise host threads itself
+/// (recursive: a call may make another, as a stream's update makes attention's).
+std::recursive_mutex& call_lock();
+
+/// What every call that launches kernels on ExecSpace holds for its duration: made first, it checks
+/// that Kokkos is initialized and that this host thread may launch on ExecSpace, and with Kokkos
+/// before 4.4 it holds call_lock(), so that calls from several host threads run one at a time.
+template <class ExecSpace>
+class CallScope {
+ public:
+  explicit CallScope(const char* function) {
+    require_initialized(function);
+    if (!launches_from_this_thread<ExecSpace>()) throw_wrong_thread(function, ExecSpace::name());
+    if constexpr (!kokkos_serialises_host_threads) lock_ = std::unique_lock<std::recursive_mutex>(call_lock());
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+};
 
 /// The default instance of an execution space, for the calls made without one; checks that Kokkos
 /// is initialized before the instance is made.
