@@ -16,6 +16,10 @@
 #                                          (built once into the cache from ../shared/deps/) where its
 #                                          tarball is there, else against the set-up's Kokkos;
 #                                          'calls' (CI's lane): the C tests and the fuzzer only
+#   bash cmake/kflash-dev.sh threads       the threads test (several host threads calling at once) built
+#                                          with ThreadSanitizer (GCC) in build-threads/, run by ctest
+#   bash cmake/kflash-dev.sh fuzz-c        the libFuzzer harness of the C interface (clang, with ASan +
+#                                          UBSan) in build-fuzz-c/, run by ctest for a time budget
 #   bash cmake/kflash-dev.sh kokkos46      the same tests, optimised, against Kokkos 4.6.01 (skipped,
 #                                          with a message, where that tarball is absent)
 #   bash cmake/kflash-dev.sh deps          only set up the dependencies
@@ -320,6 +324,74 @@ sanitize() {
        -DKFLASH_FUZZ_SECONDS=${KFLASH_FUZZ_SECONDS:-90}
 }
 
+# ThreadSanitizer (GCC) on the threads test: several host threads calling kflash at once, each
+# result compared with the same call made alone. Against Kokkos 4.6.01 where its tarball is beside
+# the project, else the set-up's Kokkos (before 4.4 OpenMP refuses other threads: the test then
+# checks that kflash says so). OpenMP runs one thread per parallel region here: libgomp is not
+# instrumented, so ThreadSanitizer would not see its barriers and would report its team's accesses
+# (-Wno-tsan: GCC warns that it does not model the fences of Kokkos' host barriers, which a team of
+# one thread never waits on).
+threads() {
+  setup_deps
+  setup_kokkos46
+  local root=${kokkos46_root:-$kokkos_root}
+  local flags="-O1 -g -fno-omit-frame-pointer -fsanitize=thread -Wno-tsan"
+  lane_targets=(kflash_test_threads)
+  lane_tests='^threads$'
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  say "ThreadSanitizer lane against Kokkos $(probe_kokkos "$root")"
+  lane threads "${KFLASH_THREADS_BUILD_DIR:-$src_dir/build-threads}" "$root" -DCMAKE_BUILD_TYPE=None \
+       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
+       -DKFLASH_THREADS_TEST_OMP_THREADS=1
+}
+
+# Sets clang_kokkos_root to a Serial-only Kokkos built with clang, for the libFuzzer lane (one
+# compiler and one runtime in the process: Kokkos' OpenMP flags would bring libomp beside GCC's
+# libgomp), from Kokkos 4.6.01's tarball where it is beside the project, else from the set-up's
+# Kokkos 3.4.01 source.
+setup_clang_kokkos() {
+  local version=3.4.01 src work log
+  [ -f "$kokkos46_tarball" ] && version=4.6.01
+  local prefix=$cache_dir/kokkos-$version-serial-clang-r1
+  if [ -z "$(probe_kokkos "$prefix" Serial)" ]; then
+    work=$cache_dir/build-kokkos-$version-clang
+    rm -rf "$work" && mkdir -p "$work/src"
+    log=$work/build.log
+    if [ "$version" = 4.6.01 ]; then
+      tar -xzf "$kokkos46_tarball" -C "$work/src" --strip-components=1
+      src=$work/src
+    else
+      fetch_kokkos_source
+      src=$kokkos_src/kokkos
+    fi
+    say "building Kokkos $version (Serial) with clang into $prefix (log: $log)"
+    quietly "$log" cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+          -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" \
+          -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF
+    quietly "$log" cmake --build "$work/build" -j "$jobs"
+    quietly "$log" cmake --install "$work/build"
+    rm -rf "$work"
+  fi
+  clang_kokkos_root=$prefix
+}
+
+# libFuzzer (clang) over the C interface: kflash_fuzz_c with AddressSanitizer and
+# UndefinedBehaviorSanitizer, for KFLASH_FUZZ_SECONDS (default 90).
+fuzz_c() {
+  need_packages "${base_packages[@]}" clang libclang-rt-14-dev
+  setup_clang_kokkos
+  local flags="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
+  lane_targets=(kflash_fuzz_c)
+  lane_tests='^fuzz_c$'
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  say "libFuzzer lane (clang) against Kokkos $(probe_kokkos "$clang_kokkos_root" Serial)"
+  lane libFuzzer "${KFLASH_FUZZ_C_BUILD_DIR:-$src_dir/build-fuzz-c}" "$clang_kokkos_root" \
+       -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DKFLASH_LIBFUZZER=ON \
+       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+       -DKFLASH_FUZZ_SECONDS=${KFLASH_FUZZ_SECONDS:-90}
+}
+
 # The same tests, optimised and unsanitized, against Kokkos 4.6.01 (skipped without its tarball).
 kokkos46() {
   need_packages "${base_packages[@]}"
@@ -347,6 +419,8 @@ cmd=${1:-}
 case "$cmd" in
   deps)  setup_deps ;;
   sanitize) sanitize "$@" ;;
+  threads) threads ;;
+  fuzz-c) fuzz_c ;;
   kokkos46) kokkos46 ;;
   bundle) build_cuda kflash_test_cuda kflash-bench
           bundle_cuda ;;
@@ -361,5 +435,5 @@ case "$cmd" in
            say "kflash_test_openmp, kflash_test_cross_backend, kflash-demo, kflash-accuracy, both consumer"
            say "projects); the test executables were skipped: no CUDA device on this machine"
          fi ;;
-  *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|sanitize|kokkos46|bundle|deps|build} [args]" ;;
+  *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|sanitize|threads|fuzz-c|kokkos46|bundle|deps|build} [args]" ;;
 esac

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -171,7 +172,8 @@ std::string describe(const char* name, const kflash_array& a) {
 }
 
 /// The checks every present array passes: a known dtype, a rank of 1 to KFLASH_MAX_RANK, extents
-/// and strides >= 0, and data when it holds elements.
+/// and strides >= 0, an element count and a span (from the first element to the last) that fit in
+/// 63 bits, and data when it holds elements.
 void check_array(const char* function, const char* name, const kflash_array& a) {
   if (a.dtype < KFLASH_FLOAT32 || a.dtype > KFLASH_INT64)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".dtype = " + std::to_string(int(a.dtype)) +
@@ -179,13 +181,22 @@ void check_array(const char* function, const char* name, const kflash_array& a) 
   if (a.rank < 1 || a.rank > KFLASH_MAX_RANK)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".rank = " + std::to_string(a.rank) +
                                                       " is not in [1, " + std::to_string(KFLASH_MAX_RANK) + "]");
-  std::int64_t count = 1;
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  bool empty = false;
   for (int d = 0; d < a.rank; ++d) {
     if (a.extent[d] < 0 || a.stride[d] < 0)
       fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has a negative extent or stride");
-    count *= a.extent[d];
+    empty = empty || a.extent[d] == 0;
   }
-  if (a.data == nullptr && count > 0)
+  std::int64_t count = 1, last = 0;  // elements, and the offset of the last one
+  for (int d = 0; d < a.rank && !empty; ++d) {
+    const std::int64_t e = a.extent[d], reach = e - 1;
+    if (count > max / e || (a.stride[d] > 0 && reach > (max - last) / a.stride[d]))
+      fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " addresses more than 2^63 elements");
+    count *= e;
+    last += reach * a.stride[d];
+  }
+  if (a.data == nullptr && !empty)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has elements but its data is NULL");
 }
 
@@ -229,13 +240,15 @@ auto strided_view(const kflash_array& a) {
   using View = Kokkos::View<typename ArrayOf<T, R>::type, Kokkos::LayoutStride, typename Exec::memory_space,
                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   Kokkos::LayoutStride layout;
-  bool contiguous = true;
-  for (int d = 0; d < R; ++d) contiguous = contiguous && a.stride[d] == 0;
-  std::int64_t next = 1;  // row-major strides of a contiguous array
+  bool contiguous = true, empty = false;
+  for (int d = 0; d < R; ++d) contiguous = contiguous && a.stride[d] == 0, empty = empty || a.extent[d] == 0;
+  // Row-major strides of a contiguous array (check_array bounds their product), all 1 when it is
+  // empty: no element is addressed then.
+  std::int64_t next = 1;
   for (int d = R - 1; d >= 0; --d) {
     layout.dimension[d] = std::size_t(a.extent[d]);
     layout.stride[d] = std::size_t(contiguous ? next : a.stride[d]);
-    next *= a.extent[d] > 0 ? a.extent[d] : 1;
+    if (!empty && d > 0) next *= a.extent[d];
   }
   return View(static_cast<T*>(a.data), layout);
 }

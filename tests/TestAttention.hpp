@@ -254,6 +254,20 @@ TYPED_TEST(AttentionTest, OutputsAliasingInputsAreRefused) {
   EXPECT_NO_THROW(kflash::attention(exec, q, k, v, o2, opt, l_in_o));
   expect_invalid([&] { kflash::attention(exec, q, k, v, o_other, opt, l_in_o); }, {"'lse (1, 2, 3)' overlaps 'o"});
   EXPECT_NO_THROW(kflash::attention(exec, q, k, v, o_other, opt, l));
+
+  // Outputs over option arrays (inputs too): lse over the sinks, o over the bias. The fuzzer of the
+  // C interface found lse written over varlen offsets, read again by the same call.
+  Kokkos::View<T*, AMem> sinks_and_lse("sinks and lse", 6);
+  kflash::AttentionOptions with_sinks;
+  with_sinks.sinks = Kokkos::subview(sinks_and_lse, std::make_pair(0, 2));
+  const Kokkos::View<T***, Kokkos::LayoutStride, AMem> l_over_sinks(
+      sinks_and_lse.data(), Kokkos::LayoutStride(1, 6, 2, 3, 3, 1));
+  expect_invalid([&] { kflash::attention(exec, q, k, v, o2, with_sinks, l_over_sinks); },
+                 {"kflash::attention", "'lse (1, 2, 3)' overlaps 'options.sinks (2)'"});
+  kflash::AttentionOptions with_bias;
+  with_bias.bias = Kokkos::View<const T****, AMem>(o2.data(), 1, 2, 3, 5);
+  expect_invalid([&] { kflash::attention(exec, q, k, v, o2, with_bias); },
+                 {"kflash::attention", "'o (1, 2, 3, 4)' overlaps 'options.bias (1, 2, 3, 5)'"});
 }
 
 TYPED_TEST(AttentionTest, StateReducerInUserCode) {

@@ -45,7 +45,9 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     require_disjoint(fn, "lse", lse, "k", k);
     require_disjoint(fn, "lse", lse, "v", v);
     require_disjoint(fn, "lse", lse, "o", o);
+    require_disjoint_from_options(fn, "lse", lse, opt);
   }
+  require_disjoint_from_options(fn, "o", o, opt);
   static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV>();
   const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
   if constexpr (view_rank<QV> == 3 && view_rank<KV> == 3 && view_rank<VV> == 3 && view_rank<OV> == 3 &&

@@ -31,6 +31,7 @@ class OptionView {
     using value = std::remove_cv_t<typename View::value_type>;
     using memory = typename View::memory_space;
     rank_ = rank;
+    element_bytes_ = sizeof(value);
     for (int i = 0; i < rank; ++i) {
       extent_[i] = v.extent(i);
       stride_[i] = std::int64_t(v.stride(i));
@@ -66,6 +67,16 @@ class OptionView {
   std::size_t extent(int i) const { return i < rank_ ? extent_[i] : 1; }
   std::int64_t stride(int i) const { return i < rank_ ? stride_[i] : 0; }
   const void* data() const { return data_; }
+  /// The bytes from the first element to the end of the last (0 when there is none).
+  std::size_t footprint_bytes() const {
+    if (empty() || data_ == nullptr) return 0;
+    std::size_t last = 0;
+    for (int i = 0; i < rank_; ++i) {
+      if (extent_[i] == 0) return 0;
+      last += (extent_[i] - 1) * std::size_t(stride_[i]);
+    }
+    return (last + 1) * element_bytes_;
+  }
 
   /// Whether the values are of type T (float, double, bool, std::int32_t or std::int64_t).
   template <class T>
@@ -109,6 +120,7 @@ class OptionView {
   std::shared_ptr<const void> keep_;
   const void* data_ = nullptr;
   int rank_ = 0;
+  std::size_t element_bytes_ = 0;
   std::size_t extent_[4] = {1, 1, 1, 1};
   std::int64_t stride_[4] = {0, 0, 0, 0};
   Value value_ = Value::other;

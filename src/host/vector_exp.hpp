@@ -74,8 +74,15 @@ struct TableExp {
     q = q * r + 1.0f;
     q = q * r;
     const bits tb = (bits)t;  // vector casts keep the bits
-    // The shuffle takes j = tb mod W; the sum is taken unsigned, as the shift pushes t's exponent out.
-    const F s = (F)((ubits)__builtin_shuffle(table, tb) + ((ubits)tb << index_shift));
+    // The shuffle takes j = tb mod W (clang has no shuffle by a variable mask: a lane loop, which
+    // it turns into the same permute); the sum is taken unsigned, as the shift pushes t's exponent out.
+#if defined(__clang__)
+    bits picked;
+    for (int i = 0; i < W; ++i) picked[i] = table[tb[i] & (W - 1)];
+#else
+    const bits picked = __builtin_shuffle(table, tb);
+#endif
+    const F s = (F)((ubits)picked + ((ubits)tb << index_shift));
     x = x < C::lowest ? F{} : s * q + s;
   }
 

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kflash::impl {
@@ -109,6 +110,21 @@ inline std::string describe(const char* name, const OptionView& v) {
   std::size_t extents[4];
   for (int i = 0; i < 4; ++i) extents[i] = v.extent(i);
   return describe_extents(name, v.rank(), extents);
+}
+
+/// Throws unless the output `out` and every option array of `opt` occupy disjoint memory (an output
+/// over the varlen offsets or the block table would rewrite them while the call reads them).
+template <class Out>
+void require_disjoint_from_options(const char* fn, const char* out_name, const Out& out, const AttentionOptions& opt) {
+  const std::pair<const char*, const OptionView*> options[] = {
+      {"options.alibi_slopes", &opt.alibi_slopes}, {"options.sinks", &opt.sinks},
+      {"options.bias", &opt.bias},                 {"options.mask", &opt.mask},
+      {"options.cu_seqlens_q", &opt.cu_seqlens_q}, {"options.cu_seqlens_k", &opt.cu_seqlens_k},
+      {"options.block_table", &opt.block_table},   {"options.cache_seqlens", &opt.cache_seqlens},
+      {"options.block_mask", &opt.block_mask}};
+  for (const auto& named : options)
+    if (bytes_overlap(out.data(), footprint_bytes(out), named.second->data(), named.second->footprint_bytes()))
+      throw_aliased(fn, describe(out_name, out), describe(named.first, *named.second));
 }
 
 /// Option `name` (an OptionView of V) as a strided array over `want` (rank extents), where the first

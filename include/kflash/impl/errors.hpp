@@ -114,6 +114,13 @@ std::size_t footprint_bytes(const View& v) {
   return (last + 1) * sizeof(typename View::value_type);
 }
 
+/// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
 /// Whether the memory of two Views, from the first element to the end of the last of each, shares
 /// a byte. Views in different memory spaces never do.
 template <class A, class B>
@@ -121,21 +128,20 @@ bool overlap(const A& a, const B& b) {
   if constexpr (!std::is_same<typename A::memory_space, typename B::memory_space>::value) {
     return false;
   } else {
-    const std::size_t a_bytes = footprint_bytes(a), b_bytes = footprint_bytes(b);
-    if (a_bytes == 0 || b_bytes == 0) return false;
-    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
-    const auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
-    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+    return bytes_overlap(a.data(), footprint_bytes(a), b.data(), footprint_bytes(b));
   }
+}
+
+/// Throws std::invalid_argument: output `out` (described) overlaps input `in` (described).
+[[noreturn]] inline void throw_aliased(const char* function, const std::string& out, const std::string& in) {
+  throw_invalid_argument(function,
+                         "argument '" + out + "' overlaps '" + in + "' in memory: an output must not alias an input");
 }
 
 /// Throws unless the output `out` and the input `in` occupy disjoint memory.
 template <class Out, class In>
 void require_disjoint(const char* function, const char* out_name, const Out& out, const char* in_name, const In& in) {
-  if (overlap(out, in)) {
-    throw_invalid_argument(function, "argument '" + describe(out_name, out) + "' overlaps '" +
-                                         describe(in_name, in) + "' in memory: an output must not alias an input");
-  }
+  if (overlap(out, in)) throw_aliased(function, describe(out_name, out), describe(in_name, in));
 }
 
 /// Throws unless `y` is either the View `x` itself (the same data, extents and strides: in place)

@@ -105,7 +105,7 @@ KOKKOS_INLINE_FUNCTION T exp_nonpositive(T x) {
   // larger the magnitude, the larger the integer), and neither positive values nor NaNs (bits
   // beyond -inf's) are flagged.
   const bits_type under =
-      -bits_type((xb > bits_as<bits_type>(C::lowest)) & (xb <= bits_as<bits_type>(-infinity<T>())));
+      -bits_type(int(xb > bits_as<bits_type>(C::lowest)) & int(xb <= bits_as<bits_type>(-infinity<T>())));
   const T t = x * C::log2e + C::round_magic;
   const T k = t - C::round_magic;
   const ubits_type kbits = ubits_type(bits_as<bits_type>(t)) - ubits_type(C::magic_bits);  // k mod 2^n

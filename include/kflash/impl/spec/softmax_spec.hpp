@@ -27,6 +27,10 @@ void dispatch_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
   using Traits = ScheduleTraits<ExecSpace>;
   RowPlan plan = plan_rows<T, Traits>(exec, x.rows(), x.cols());
   if (plan.rows == 0) return;
+  if (x.cols() == 0) {  // nothing to read (x may lie in no memory); an empty row's logsumexp is -inf
+    if constexpr (Op == RowOp::logsumexp) Kokkos::deep_copy(exec, y.v, -infinity<T>());
+    return;
+  }
   const std::string label = std::string("kflash::") + row_op_name(Op);
   if constexpr (Traits::host_kernels) {
     bool contiguous = x.unit_stride();
