@@ -74,8 +74,9 @@ struct TableExp {
     q = q * r + 1.0f;
     q = q * r;
     const bits tb = (bits)t;  // vector casts keep the bits
-    // The shuffle takes j = tb mod W (clang has no shuffle by a variable mask: a lane loop, which
-    // it turns into the same permute); the sum is taken unsigned, as the shift pushes t's exponent out.
+    // The shuffle takes j = tb mod W; the sum is taken unsigned, as the shift pushes t's exponent out.
+    // clang has no shuffle by a variable mask: there a lane loop, which clang 14 compiles to lane
+    // extracts and inserts rather than one permute (correct, slower: clang builds are not tuned).
 #if defined(__clang__)
     bits picked;
     for (int i = 0; i < W; ++i) picked[i] = table[tb[i] & (W - 1)];
