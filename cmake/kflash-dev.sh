@@ -268,9 +268,29 @@ lane() {
   say "$name lane: passed in $((SECONDS - start)) s"
 }
 
+# unpack_kokkos46 DIR: Kokkos 4.6.01's source from the tarball beside the project, checked against
+# its .sha256, into DIR.
+kokkos46_tarball=$src_dir/../shared/deps/kokkos-4.6.01.tar.gz
+unpack_kokkos46() {
+  local sum
+  sum=$(cut -d' ' -f1 "$kokkos46_tarball.sha256")
+  echo "$sum  $kokkos46_tarball" | sha256sum -c --quiet - || die "$kokkos46_tarball does not match its .sha256"
+  mkdir -p "$1" && tar -xzf "$kokkos46_tarball" -C "$1" --strip-components=1
+}
+
+# install_kokkos SRC WORK PREFIX [cmake options...]: configures, builds and installs Kokkos from SRC
+# into PREFIX, building in WORK (log: WORK/build.log).
+install_kokkos() {
+  local src=$1 work=$2 prefix=$3; shift 3
+  quietly "$work/build.log" cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+        -DKokkos_ENABLE_TESTS=OFF "$@"
+  quietly "$work/build.log" cmake --build "$work/build" -j "$jobs"
+  quietly "$work/build.log" cmake --install "$work/build"
+}
+
 # Sets kokkos46_root to Kokkos 4.6.01 (Serial + OpenMP), built once into the cache from the tarball
 # beside the project, or to nothing (with a message) where that tarball is absent.
-kokkos46_tarball=$src_dir/../shared/deps/kokkos-4.6.01.tar.gz
 setup_kokkos46() {
   kokkos46_root=
   if [ ! -f "$kokkos46_tarball" ]; then
@@ -279,18 +299,10 @@ setup_kokkos46() {
   fi
   local prefix=$cache_dir/kokkos-4.6.01-serial-openmp-r1
   if [ -z "$(probe_kokkos "$prefix")" ]; then
-    local sum work=$cache_dir/build-kokkos-4.6.01 log
-    sum=$(cut -d' ' -f1 "$kokkos46_tarball.sha256")
-    echo "$sum  $kokkos46_tarball" | sha256sum -c --quiet - || die "$kokkos46_tarball does not match its .sha256"
-    rm -rf "$work" && mkdir -p "$work/src"
-    log=$work/build.log
-    tar -xzf "$kokkos46_tarball" -C "$work/src" --strip-components=1
-    say "building Kokkos 4.6.01 (Serial + OpenMP) into $prefix (log: $log)"
-    quietly "$log" cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-          -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
-          -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_TESTS=OFF
-    quietly "$log" cmake --build "$work/build" -j "$jobs"
-    quietly "$log" cmake --install "$work/build"
+    local work=$cache_dir/build-kokkos-4.6.01
+    rm -rf "$work" && unpack_kokkos46 "$work/src"
+    say "building Kokkos 4.6.01 (Serial + OpenMP) into $prefix (log: $work/build.log)"
+    install_kokkos "$work/src" "$work" "$prefix" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON
     rm -rf "$work"
   fi
   kokkos46_root=$prefix
@@ -350,26 +362,21 @@ threads() {
 # libgomp), from Kokkos 4.6.01's tarball where it is beside the project, else from the set-up's
 # Kokkos 3.4.01 source.
 setup_clang_kokkos() {
-  local version=3.4.01 src work log
+  local version=3.4.01 src work
   [ -f "$kokkos46_tarball" ] && version=4.6.01
   local prefix=$cache_dir/kokkos-$version-serial-clang-r1
   if [ -z "$(probe_kokkos "$prefix" Serial)" ]; then
     work=$cache_dir/build-kokkos-$version-clang
-    rm -rf "$work" && mkdir -p "$work/src"
-    log=$work/build.log
+    rm -rf "$work" && mkdir -p "$work"
     if [ "$version" = 4.6.01 ]; then
-      tar -xzf "$kokkos46_tarball" -C "$work/src" --strip-components=1
+      unpack_kokkos46 "$work/src"
       src=$work/src
     else
       fetch_kokkos_source
       src=$kokkos_src/kokkos
     fi
-    say "building Kokkos $version (Serial) with clang into $prefix (log: $log)"
-    quietly "$log" cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-          -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$prefix" \
-          -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF
-    quietly "$log" cmake --build "$work/build" -j "$jobs"
-    quietly "$log" cmake --install "$work/build"
+    say "building Kokkos $version (Serial) with clang into $prefix (log: $work/build.log)"
+    install_kokkos "$src" "$work" "$prefix" -DCMAKE_CXX_COMPILER=clang++ -DKokkos_ENABLE_SERIAL=ON
     rm -rf "$work"
   fi
   clang_kokkos_root=$prefix
