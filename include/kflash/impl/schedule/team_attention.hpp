@@ -9,6 +9,26 @@
 
 namespace kflash::impl {
 
+/// The team scratch of TeamAttentionKernel with Shape on ExecSpace: its tiles' leading dimensions
+/// and bytes per team at head dimension D (also read by tests/cuda/device_footprints.cpp, which
+/// prints each device shape's footprint for the static gates).
+template <class ExecSpace, class Shape>
+struct TeamAttentionScratch {
+  using T = typename Shape::value_type;
+  using scratch_space = typename ExecSpace::scratch_memory_space;
+  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
+  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
+  // Leading dimensions of the transposed tiles, odd so that transposing stores hit distinct banks.
+  static constexpr index_t LQ = Shape::BQ + 1, LK = Shape::BK + 1;
+
+  static std::size_t bytes(index_t D) {
+    constexpr int BQ = Shape::BQ, BK = Shape::BK, KG = Shape::KG, DV = Shape::DV;
+    return Tile::shmem_size(D, LQ) + Tile::shmem_size(D, LK) + Tile::shmem_size(BK, DV) +
+           Tile::shmem_size(BK, LQ) + Tile::shmem_size(2 * KG, BQ) + Tile::shmem_size(2, BQ) +
+           States::shmem_size(BQ);
+  }
+};
+
 /// Attention over team-of-threads blocks with register-blocked products (see TeamAttentionShape).
 /// Per K/V tile: stage K (transposed) and V; S = Q K^T by register blocks, masked; the tile's row
 /// maxima across key groups; the weights exp(s - m_tile) and their partial sums; each row's state
@@ -19,16 +39,15 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   using typename Base::T, typename Base::member_type, typename Base::Tile, typename Base::States;
   static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
 
+  using Scratch = TeamAttentionScratch<ExecSpace, Shape>;
+  static_assert(std::is_same<Tile, typename Scratch::Tile>::value && std::is_same<States, typename Scratch::States>::value,
+                "kflash: the kernel's scratch views are the ones its footprint counts");
+
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, TM = Shape::TM, TN = Shape::TN;
   static constexpr int KG = Shape::KG, TNO = Shape::TNO, DV = Shape::DV;
-  // Leading dimensions of the transposed tiles, odd so that transposing stores hit distinct banks.
-  static constexpr index_t LQ = BQ + 1, LK = BK + 1;
+  static constexpr index_t LQ = Scratch::LQ, LK = Scratch::LK;
 
-  static std::size_t scratch_bytes(const AttentionPlan& p) {
-    return Tile::shmem_size(p.D, LQ) + Tile::shmem_size(p.D, LK) + Tile::shmem_size(BK, DV) +
-           Tile::shmem_size(BK, LQ) + Tile::shmem_size(2 * KG, BQ) + Tile::shmem_size(2, BQ) +
-           States::shmem_size(BQ);
-  }
+  static std::size_t scratch_bytes(const AttentionPlan& p) { return Scratch::bytes(p.D); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const typename Base::Block w = this->block_of(team.league_rank());

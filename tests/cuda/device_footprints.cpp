@@ -1,0 +1,53 @@
+// Prints, without a device and without initializing Kokkos, the launch footprint of each device
+// schedule that the static gates (tests/cuda/static_gates.py) judge: threads and scratch bytes per
+// team, one line each:
+//   <kernel family> <template arguments naming the shape> threads=<n> scratch=<bytes>
+// Attention's team shapes are printed at D = DV, the head dimension they are sized for; the row
+// kernels' teams are those the device traits launch (the team tier's smallest team), the lane tier's
+// scratch at its longest row.
+#include <kflash/impl/schedule/team_attention.hpp>
+#include <kflash/impl/traits.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdio>
+
+namespace {
+
+using Traits = kflash::impl::DeviceTraits;
+using Exec = Kokkos::DefaultExecutionSpace;
+
+template <class T>
+const char* type_name() {
+  return sizeof(T) == 4 ? "float" : "double";
+}
+
+template <class T, int DV, bool Narrow>
+void print_attention() {
+  using Shape = typename Traits::template team_shape<T, DV, Narrow>;
+  using Scratch = kflash::impl::TeamAttentionScratch<Exec, Shape>;
+  std::printf("TeamAttentionKernel TeamAttentionShape<%s, %d, %d, %d, %d, %d, %d> threads=%d scratch=%zu\n",
+              type_name<T>(), Shape::BQ, Shape::BK, Shape::TM, Shape::TN, Shape::DV, Shape::blocks,
+              Shape::team_size, Scratch::bytes(DV));
+}
+
+template <class T>
+void print_all() {
+  print_attention<T, Traits::team_dv_small, false>();
+  print_attention<T, Traits::team_dv_large, false>();
+  print_attention<T, Traits::team_dv_small, true>();
+  print_attention<T, Traits::team_dv_large, true>();
+  using Buffer = Kokkos::View<T*, Exec::scratch_memory_space, Kokkos::MemoryUnmanaged>;  // LaneRowKernel's
+  std::printf("RowKernel %s threads=%d scratch=0\n", type_name<T>(), Traits::row_team_size * Traits::vector_length);
+  std::printf("LaneRowKernel %s threads=%d scratch=%zu\n", type_name<T>(), Traits::lane_team_size * Traits::vector_length,
+              Traits::lane_team_size * Buffer::shmem_size(Traits::lane_cols));
+  std::printf("TeamRowKernel %s threads=%d scratch=0\n", type_name<T>(), Traits::min_team_size);
+}
+
+}  // namespace
+
+int main() {
+  print_all<float>();
+  print_all<double>();
+  return 0;
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Static gates of the device schedules, from what the compiler made of them (no GPU needed).
+
+Reads the CUDA build's kflash-bench (every schedule the benchmarks time) through cuobjdump:
+registers and stack frame per kernel (--dump-resource-usage), spill instructions (STL/LDL) and the
+widest global load (-sass); and the threads and scratch bytes per team of each device shape from
+kflash_device_footprints. Then judges, for attention and decode at fp32 D = 64 and 128 and at
+fp64 D = 64 and for the row kernels:
+
+  spill      no local-memory store or load and no stack frame
+  occupancy  at least 8 warps per SM on sm_80 and on sm_90, from registers, team threads and scratch
+  ldg128     the widest global load is 128 bits (attention and decode: K/V staged by 16-byte loads)
+
+A gate that fails must be listed in the expected-failures file (one "gate kernel key" per line,
+with the reason after a '#'), and a listed gate that passes must leave it, so the list always says
+where the schedules stand. Prints one table; exits 1 when a gate and the list disagree.
+"""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+
+GATED = ("TeamAttentionKernel", "MergeKernel", "RowKernel", "LaneRowKernel", "TeamRowKernel")
+# (registers per SM, warps per SM, teams per SM, shared memory per SM, reserved per team) for the
+# architectures the gates hold on; a team's scratch beyond 48 KiB is never asked for by Kokkos.
+ARCHS = {"sm_80": (65536, 64, 32, 167936, 1024), "sm_90": (65536, 64, 32, 233472, 1024)}
+MIN_WARPS = 8
+
+
+def run(cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def demangle(names):
+    out = subprocess.run(["c++filt"], input="\n".join(names), check=True, capture_output=True, text=True).stdout
+    return out.split("\n")[: len(names)]
+
+
+def resource_usage(cuobjdump, binary):
+    """{mangled name: (registers, stack bytes)} of the sm_* code in binary."""
+    text = run([cuobjdump, "--dump-resource-usage", binary])
+    found = re.findall(r" Function (\S+):\n\s+REG:(\d+) STACK:(\d+)", text)
+    return {name: (int(reg), int(stack)) for name, reg, stack in found}
+
+
+def sass_facts(cuobjdump, binary, wanted):
+    """{mangled name: (spill instructions, widest global load in bits)} for the names in wanted."""
+    facts = {}
+    name = None
+    proc = subprocess.Popen([cuobjdump, "-sass", binary], stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if "Function : " in line:
+            name = line.split("Function : ", 1)[1].strip()
+            name = name if name in wanted else None
+            if name:
+                facts[name] = [0, 0]
+            continue
+        if name is None or "/*" not in line:
+            continue
+        if re.search(r"\b(STL|LDL)\b", line):
+            facts[name][0] += 1
+        m = re.search(r"\bLDG\.E((?:\.[A-Z0-9]+)*)", line)
+        if m:
+            mods = m.group(1).split(".")
+            width = 32
+            for mod in mods:
+                if mod in ("64", "128"):
+                    width = int(mod)
+                elif mod in ("U8", "S8"):
+                    width = 8
+                elif mod in ("U16", "S16"):
+                    width = 16
+            facts[name][1] = max(facts[name][1], width)
+    if proc.wait() != 0:
+        sys.exit("static gates: cuobjdump -sass failed")
+    return {k: tuple(v) for k, v in facts.items()}
+
+
+def footprints(program):
+    """{(kernel, key): (threads, scratch bytes)} printed by kflash_device_footprints."""
+    table = {}
+    for line in run([program]).splitlines():
+        m = re.match(r"(\w+) (.*) threads=(\d+) scratch=(\d+)$", line)
+        if m:
+            table[(m.group(1), m.group(2))] = (int(m.group(3)), int(m.group(4)))
+    return table
+
+
+def warps_per_sm(arch, regs, threads, scratch):
+    sm_regs, sm_warps, sm_teams, sm_shared, reserved = ARCHS[arch]
+    warps = (threads + 31) // 32
+    regs_per_warp = (regs * 32 + 255) // 256 * 256
+    teams = min(sm_teams, sm_warps // warps, sm_regs // (regs_per_warp * warps) if regs else sm_teams)
+    if scratch:
+        teams = min(teams, sm_shared // ((scratch + 127) // 128 * 128 + reserved))
+    return teams * warps
+
+
+def key_of(kernel, demangled):
+    shape = re.search(r"TeamAttentionShape<[^>]*>", demangled)
+    if shape:
+        return shape.group(0)
+    return "double" if "double" in demangled else "float"
+
+
+def role(kernel, key):
+    if kernel == "TeamAttentionKernel":
+        return "decode" if re.match(r"TeamAttentionShape<\w+, 8,", key) else "attention"
+    return "decode merge" if kernel == "MergeKernel" else "rows"
+
+
+def judged(kernel, key):
+    """Attention and decode at fp32 D = 64, 128 and fp64 D = 64; merges and rows at both types."""
+    if kernel != "TeamAttentionKernel":
+        return True
+    dv = int(re.search(r"(\d+), \d+>$", key).group(1))
+    return "float" in key or dv == 64
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True, help="the CUDA build directory")
+    ap.add_argument("--expected", default=os.path.join(os.path.dirname(__file__), "gates_expected.txt"))
+    ap.add_argument("--cuobjdump", default="/usr/bin/cuobjdump")
+    args = ap.parse_args()
+
+    binary = os.path.join(args.build, "perf", "kflash-bench")
+    usage = resource_usage(args.cuobjdump, binary)
+    names = list(usage)
+    groups = collections.defaultdict(list)
+    for name, dem in zip(names, demangle(names)):
+        m = re.search(r"kflash::impl::(\w+)<", dem)
+        if m and m.group(1) in GATED:
+            groups[(m.group(1), key_of(m.group(1), dem))].append(name)
+    sass = sass_facts(args.cuobjdump, binary, {n for members in groups.values() for n in members})
+    feet = footprints(os.path.join(args.build, "tests", "kflash_device_footprints"))
+
+    expected = {}
+    with open(args.expected) as f:
+        for line in f:
+            entry = line.split("#", 1)[0].split()
+            if entry:
+                expected[(entry[0], entry[1], " ".join(entry[2:]))] = line.strip()
+
+    failures, rows, seen = [], [], set()
+    for (kernel, key), members in sorted(groups.items()):
+        if not judged(kernel, key):
+            continue
+        regs = max(usage[n][0] for n in members)
+        stack = max(usage[n][1] for n in members)
+        spills = max(sass.get(n, (0, 0))[0] for n in members)
+        widest = min(sass.get(n, (0, 0))[1] for n in members)
+        foot_key = (kernel, key) if (kernel, key) in feet else None
+        threads, scratch = feet.get(foot_key, (0, 0))
+        if kernel == "MergeKernel":
+            threads, scratch = 0, 0
+        occupancy = {a: warps_per_sm(a, regs, threads, scratch) for a in ARCHS} if threads else {}
+        gates = {"spill": spills == 0 and stack == 0}
+        if threads:
+            gates["occupancy"] = all(w >= MIN_WARPS for w in occupancy.values())
+        elif kernel != "MergeKernel":
+            failures.append(f"{kernel} {key}: no footprint from kflash_device_footprints")
+        if kernel == "TeamAttentionKernel":
+            gates["ldg128"] = widest >= 128
+        for gate, ok in gates.items():
+            listed = (gate, kernel, key) in expected
+            seen.add((gate, kernel, key))
+            if not ok and not listed:
+                failures.append(f"{gate} {kernel} {key}: fails and is not in {os.path.basename(args.expected)}")
+            if ok and listed:
+                failures.append(f"{gate} {kernel} {key}: passes now: remove it from {os.path.basename(args.expected)}")
+        verdict = " ".join(g if ok else g.upper() + "!" for g, ok in gates.items())
+        rows.append((role(kernel, key), kernel, key, len(members), regs, stack, spills, scratch, threads,
+                     "/".join(str(occupancy[a]) for a in ARCHS) if occupancy else "-", widest, verdict))
+    for entry in expected:
+        if entry not in seen:
+            failures.append(f"{' '.join(entry)}: listed, but no such kernel was judged")
+
+    header = ("role", "kernel", "shape or type", "inst", "regs", "stack", "spill ops", "scratch B", "threads",
+              "warps/SM 80/90", "widest LDG", "gates (FAILED!)")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    print(f"(from {binary}; registers, stack and spills are the worst of each group's instantiations, "
+          f"the widest load its narrowest; warps per SM need >= {MIN_WARPS})")
+    for f in failures:
+        print("static gates: " + f)
+    if failures:
+        return 1
+    print(f"static gates: every gate as {os.path.basename(args.expected)} says")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
