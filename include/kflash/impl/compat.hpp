@@ -13,6 +13,15 @@
 #error "kflash needs Kokkos 3.4 or newer"
 #endif
 
+// --- Full unrolling of loops over register blocks, where the compiler takes `#pragma unroll` (as
+// Kokkos reports: nvcc, clang, Intel). Without it nvcc keeps a block indexed in a loop it did not
+// unroll in local memory.
+#ifdef KOKKOS_ENABLE_PRAGMA_UNROLL
+#define KFLASH_IMPL_UNROLL _Pragma("unroll")
+#else
+#define KFLASH_IMPL_UNROLL
+#endif
+
 namespace kflash::impl {
 
 // --- Math functions: Kokkos::Experimental:: in 3.x, Kokkos:: from 4.0 on.

@@ -164,6 +164,14 @@ struct AttentionKernelBase {
 
   Sequences<typename ExecSpace::memory_space> seq;
 
+  /// The team's block of scratch of `bytes` bytes at scratch_level, 16-byte aligned. Each branch
+  /// names its level as a constant: Kokkos' allocator picks a level's pointers by reference, and a
+  /// run-time level keeps the allocator in local memory (a stack frame on CUDA).
+  KOKKOS_INLINE_FUNCTION char* scratch_block(const member_type& team, std::size_t bytes) const {
+    return static_cast<char*>(scratch_level == 0 ? team.team_scratch(0).get_shmem_aligned(bytes, 16, 0)
+                                                 : team.team_scratch(1).get_shmem_aligned(bytes, 16, 1));
+  }
+
   /// A team's work: rows [rho0, rho0 + nrows) of K/V head hk of batch b, against keys [kb, ke);
   /// batch b's sequences have nq queries and nk keys, and mask says which keys each row sees.
   struct Block {

@@ -9,9 +9,9 @@
 
 namespace kflash::impl {
 
-/// The team scratch of TeamAttentionKernel with Shape on ExecSpace: its tiles' leading dimensions
-/// and bytes per team at head dimension D (also read by tests/cuda/device_footprints.cpp, which
-/// prints each device shape's footprint for the static gates).
+/// The team scratch of TeamAttentionKernel with Shape on ExecSpace: where its tiles lie in the
+/// team's scratch block at head dimension D, and the bytes a team asks for (also read by
+/// tests/cuda/device_footprints.cpp, which prints each device shape's footprint for the static gates).
 template <class ExecSpace, class Shape>
 struct TeamAttentionScratch {
   using T = typename Shape::value_type;
@@ -21,12 +21,28 @@ struct TeamAttentionScratch {
   // Leading dimensions of the transposed tiles, odd so that transposing stores hit distinct banks.
   static constexpr index_t LQ = Shape::BQ + 1, LK = Shape::BK + 1;
 
-  static std::size_t bytes(index_t D) {
-    constexpr int BQ = Shape::BQ, BK = Shape::BK, KG = Shape::KG, DV = Shape::DV;
-    return Tile::shmem_size(D, LQ) + Tile::shmem_size(D, LK) + Tile::shmem_size(BK, DV) +
-           Tile::shmem_size(BK, LQ) + Tile::shmem_size(2 * KG, BQ) + Tile::shmem_size(2, BQ) +
-           States::shmem_size(BQ);
+  /// Byte offsets in the block: Q transposed, K transposed, V, the weights transposed, the key
+  /// groups' partial maxima and sums, the merge factors, the row states; each 16-byte aligned.
+  struct Layout {
+    std::size_t qt, kt, vs, pt, part, fac, st, end;
+  };
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t after(std::size_t at, std::size_t bytes) {
+    return at + (bytes + 15) / 16 * 16;
   }
+  KOKKOS_INLINE_FUNCTION static Layout layout(index_t D) {
+    constexpr int BQ = Shape::BQ, BK = Shape::BK, KG = Shape::KG, DV = Shape::DV;
+    Layout l{};
+    l.kt = after(l.qt, sizeof(T) * std::size_t(D * LQ));
+    l.vs = after(l.kt, sizeof(T) * std::size_t(D * LK));
+    l.pt = after(l.vs, sizeof(T) * std::size_t(BK * DV));
+    l.part = after(l.pt, sizeof(T) * std::size_t(BK * LQ));
+    l.fac = after(l.part, sizeof(T) * std::size_t(2 * KG * BQ));
+    l.st = after(l.fac, sizeof(T) * std::size_t(2 * BQ));
+    l.end = after(l.st, sizeof(SoftmaxState<T>) * std::size_t(BQ));
+    return l;
+  }
+  /// The block and the 15 bytes its alignment may take.
+  static std::size_t bytes(index_t D) { return layout(D).end + 15; }
 };
 
 /// Attention over team-of-threads blocks with register-blocked products (see TeamAttentionShape).
@@ -53,14 +69,18 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const typename Base::Block w = this->block_of(team.league_rank());
     const auto& p = this->p;
     const index_t D = p.D, Dv = p.Dv;
-    const auto& scratch = team.team_scratch(this->scratch_level);
-    const Tile qt(scratch, D, LQ);    // scaled Q, transposed: qt(d, r)
-    const Tile kt(scratch, D, LK);    // the tile's K, transposed: kt(d, j)
-    const Tile vs(scratch, BK, DV);   // the tile's V, zero past Dv and past the tile's keys
-    const Tile pt(scratch, BK, LQ);   // the tile's weights, transposed: pt(j, r)
-    const Tile part(scratch, 2 * KG, BQ);  // per key group: row maxima, then row sums
-    const Tile fac(scratch, 2, BQ);        // per row: fa, fb of the latest merge
-    const States st(scratch, BQ);
+    const auto l = Scratch::layout(D);
+    char* const block = this->scratch_block(team, l.end);
+    const auto carve = [&](std::size_t at, index_t n0, index_t n1) {
+      return Tile(reinterpret_cast<T*>(block + at), n0, n1);
+    };
+    const Tile qt = carve(l.qt, D, LQ);           // scaled Q, transposed: qt(d, r)
+    const Tile kt = carve(l.kt, D, LK);           // the tile's K, transposed: kt(d, j)
+    const Tile vs = carve(l.vs, BK, DV);          // the tile's V, zero past Dv and past the tile's keys
+    const Tile pt = carve(l.pt, BK, LQ);          // the tile's weights, transposed: pt(j, r)
+    const Tile part = carve(l.part, 2 * KG, BQ);  // per key group: row maxima, then row sums
+    const Tile fac = carve(l.fac, 2, BQ);         // per row: fa, fb of the latest merge
+    const States st(reinterpret_cast<SoftmaxState<T>*>(block + l.st), BQ);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](index_t idx) {
       const index_t r = idx / D, d = idx % D;
@@ -76,9 +96,9 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const int rank = team.team_rank(), nt = team.team_size();
     T o[Shape::blocks][TM][TNO];
     T s[Shape::blocks][TM][TN];
-    for (int bb = 0; bb < Shape::blocks; ++bb)
-      for (int a = 0; a < TM; ++a)
-        for (int c = 0; c < TNO; ++c) o[bb][a][c] = T(0);
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb)
+      KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+        KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) o[bb][a][c] = T(0);
 
     for (index_t t0 = w.kb; t0 < w.ke; t0 += BK) {
       const index_t nk = w.ke - t0 < BK ? w.ke - t0 : BK;
@@ -95,25 +115,25 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       team.team_barrier();
 
       // Scores of this thread's blocks, masked; each block row's maximum over its TN keys.
-      for (int bb = 0; bb < Shape::blocks; ++bb) {
+      KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
         const int id = rank + bb * nt, r0 = id / KG * TM, j0 = id % KG * TN;
         T acc[TM][TN];
-        for (int a = 0; a < TM; ++a)
-          for (int c = 0; c < TN; ++c) acc[a][c] = T(0);
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) acc[a][c] = T(0);
         for (index_t d = 0; d < D; ++d) {
           T qa[TM], kb[TN];
-          for (int a = 0; a < TM; ++a) qa[a] = qt(d, r0 + a);
-          for (int c = 0; c < TN; ++c) kb[c] = kt(d, j0 + c);
-          for (int a = 0; a < TM; ++a)
-            for (int c = 0; c < TN; ++c) acc[a][c] += qa[a] * kb[c];
+          KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) qa[a] = qt(d, r0 + a);
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) kb[c] = kt(d, j0 + c);
+          KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+            KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) acc[a][c] += qa[a] * kb[c];
         }
         // The score stage: the pairs a row does not see (and the keys past the tile) are -inf.
-        for (int a = 0; a < TM; ++a) {
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
           const bool real = r0 + a < w.nrows;
           const auto row = this->row_of(w, w.rho0 + (real ? r0 + a : 0));
           const KeyRange keys = real ? this->keys_of(w, row.i).in_tile(t0, nk) : KeyRange{0, nk};
           T m = -infinity<T>();
-          for (int c = 0; c < TN; ++c) {
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) {
             const T x = staged_score(this->stage, acc[a][c], this->at(w, row), keys, index_t(j0 + c), t0);
             s[bb][a][c] = x;
             m = x > m ? x : m;
@@ -124,13 +144,13 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       team.team_barrier();
 
       // Weights against the tile's row maxima, and their sums per key group.
-      for (int bb = 0; bb < Shape::blocks; ++bb) {
+      KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
         const int id = rank + bb * nt, r0 = id / KG * TM, j0 = id % KG * TN;
-        for (int a = 0; a < TM; ++a) {
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
           T m = -infinity<T>();
-          for (int g = 0; g < KG; ++g) m = part(g, r0 + a) > m ? part(g, r0 + a) : m;
+          KFLASH_IMPL_UNROLL for (int g = 0; g < KG; ++g) m = part(g, r0 + a) > m ? part(g, r0 + a) : m;
           T sum = T(0);
-          for (int c = 0; c < TN; ++c) {
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) {
             const T x = SoftmaxState<T>::weight(s[bb][a][c], m);
             pt(j0 + c, r0 + a) = x;
             sum += x;
@@ -143,8 +163,8 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       // Each row's state absorbs the tile's (the monoid merge); fa and fb rescale O.
       for (index_t r = rank; r < BQ; r += nt) {
         SoftmaxState<T> tile = SoftmaxState<T>::identity();
-        for (int g = 0; g < KG; ++g) tile.max = part(g, r) > tile.max ? part(g, r) : tile.max;
-        for (int g = 0; g < KG; ++g) tile.add_term(part(KG + g, r));
+        KFLASH_IMPL_UNROLL for (int g = 0; g < KG; ++g) tile.max = part(g, r) > tile.max ? part(g, r) : tile.max;
+        KFLASH_IMPL_UNROLL for (int g = 0; g < KG; ++g) tile.add_term(part(KG + g, r));
         SoftmaxState<T> row = st(r);
         const OutputFactors<T> f = OutputFactors<T>::merge(row, tile);
         st(r) = row;
@@ -154,34 +174,34 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       team.team_barrier();
 
       // O = fa O + fb P V on this thread's register blocks.
-      for (int bb = 0; bb < Shape::blocks; ++bb) {
+      KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
         const int id = rank + bb * nt, r0 = id / KG * TM, c0 = id % KG * TNO;
         OutputFactors<T> f[TM];
-        for (int a = 0; a < TM; ++a) {
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
           f[a].fa = fac(0, r0 + a);
           f[a].fb = fac(1, r0 + a);
-          for (int c = 0; c < TNO; ++c) o[bb][a][c] = f[a].kept(o[bb][a][c]);
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) o[bb][a][c] = f[a].kept(o[bb][a][c]);
         }
         for (index_t j = 0; j < nk; ++j) {
           T pa[TM], vb[TNO];
-          for (int a = 0; a < TM; ++a) pa[a] = f[a].weight(pt(j, r0 + a));
-          for (int c = 0; c < TNO; ++c) vb[c] = vs(j, c0 + c);
-          for (int a = 0; a < TM; ++a)
-            for (int c = 0; c < TNO; ++c) o[bb][a][c] += pa[a] * vb[c];
+          KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) pa[a] = f[a].weight(pt(j, r0 + a));
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) vb[c] = vs(j, c0 + c);
+          KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+            KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) o[bb][a][c] += pa[a] * vb[c];
         }
       }
     }
     team.team_barrier();  // the states of every row are final
 
-    for (int bb = 0; bb < Shape::blocks; ++bb) {
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
       const int id = rank + bb * nt, r0 = id / KG * TM, c0 = id % KG * TNO;
-      for (int a = 0; a < TM; ++a) {
+      KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
         const index_t r = r0 + a;
         if (r >= w.nrows) continue;
         const auto row = this->row_of(w, w.rho0 + r);
         SoftmaxState<T> state = st(r);
         const T factor = this->finish(w, row, state);
-        for (int c = 0; c < TNO; ++c)
+        KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c)
           if (c0 + c < Dv) this->out(w, row, c0 + c) = o[bb][a][c] * factor;
         if (c0 == 0) this->store_lse(w, row, state);
       }
