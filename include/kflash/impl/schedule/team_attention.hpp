@@ -15,9 +15,6 @@ namespace kflash::impl {
 template <class ExecSpace, class Shape>
 struct TeamAttentionScratch {
   using T = typename Shape::value_type;
-  using scratch_space = typename ExecSpace::scratch_memory_space;
-  using Tile = Kokkos::View<T**, Kokkos::LayoutRight, scratch_space, Kokkos::MemoryUnmanaged>;
-  using States = Kokkos::View<SoftmaxState<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
   // Leading dimensions of the transposed tiles, odd so that transposing stores hit distinct banks.
   static constexpr index_t LQ = Shape::BQ + 1, LK = Shape::BK + 1;
 
@@ -56,8 +53,6 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
 
   using Scratch = TeamAttentionScratch<ExecSpace, Shape>;
-  static_assert(std::is_same<Tile, typename Scratch::Tile>::value && std::is_same<States, typename Scratch::States>::value,
-                "kflash: the kernel's scratch views are the ones its footprint counts");
 
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, TM = Shape::TM, TN = Shape::TN;
   static constexpr int KG = Shape::KG, TNO = Shape::TNO, DV = Shape::DV;
