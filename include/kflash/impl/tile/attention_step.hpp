@@ -189,6 +189,7 @@ KOKKOS_INLINE_FUNCTION void tile_steps(SoftmaxState<T>* row, const KeyRange* key
   for (int k = 0; k < G; ++k) {
     if (k >= g) {  // rows past g reduce empty lanes
       Lanes::fill(lanes[k], -infinity<T>());
+      rest[k] = -infinity<T>();  // never read; set so that no compiler sees it uninitialized
       continue;
     }
     const auto& score = rows.score(k);
