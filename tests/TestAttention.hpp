@@ -78,6 +78,48 @@ TYPED_TEST(AttentionTest, LayoutStrideBNHD) {
   run_attention<T>(make_attn_data<T>({2, 4, 2, 37, 51, 32, 16, true}, 51), opt, true, "layout split");
 }
 
+TYPED_TEST(AttentionTest, ChunkedStaging) {
+  // The team schedule stages K/V rows by 16-byte chunks where every row is whole, aligned chunks
+  // (impl::rows_in_chunks), else element by element. Both stage the same values, so K and V one
+  // element off that alignment give, there, bitwise the same result; both match the reference.
+  using T = TypeParam;
+  using kflash::impl::index_t;
+  using kflash::impl::rows_in_chunks;
+  using Strided4 = Kokkos::View<T****, Kokkos::LayoutStride, AMem>;
+  for (const AttnShape& s : {AttnShape{2, 4, 2, 37, 75, 64, 32}, AttnShape{1, 8, 1, 1, 203, 32, 64}}) {
+    const auto a = make_attn_data<T>(s, 70);
+    auto q = make_tensor<T>(s.B, s.Hq, s.Nq, s.D, false, a.q);
+    auto k = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, false, a.k);
+    auto v = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, false, a.v);
+    // The same K and V, row-major, from one element past an aligned allocation.
+    auto off_by_one = [&](const Strided4& x, std::size_t n, const char* label) {
+      const Kokkos::View<T*, AMem> mem(std::string(label), x.size() + 1);
+      const Strided4 y(mem.data() + 1, Kokkos::LayoutStride(s.B, s.Hk * s.Nk * n, s.Hk, s.Nk * n, s.Nk, n, n, 1));
+      Kokkos::deep_copy(y, x);
+      return std::make_pair(mem, y);
+    };
+    const auto k1 = off_by_one(k.view, s.D, "k off by one"), v1 = off_by_one(v.view, s.Dv, "v off by one");
+    EXPECT_TRUE(rows_in_chunks(k.view, index_t(s.D)) && rows_in_chunks(v.view, index_t(s.Dv)));
+    EXPECT_FALSE(rows_in_chunks(k1.second, index_t(s.D)));
+    EXPECT_FALSE(rows_in_chunks(k.view, index_t(s.D - 1)));  // rows that end inside a chunk
+
+    const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
+    std::vector<ld> outputs[2];
+    for (int shifted = 0; shifted < 2; ++shifted) {
+      Kokkos::View<T****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
+      Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+      if (shifted) kflash::attention(AExec(), q.view, k1.second, v1.second, o, kflash::AttentionOptions(), lse);
+      else kflash::attention(AExec(), q.view, k.view, v.view, o, kflash::AttentionOptions(), lse);
+      outputs[shifted] = flatten4(o);
+      expect_attention_matches<T>(ref, outputs[shifted], flatten3(lse), attention_tolerance<T>(ref),
+                                  describe(s) + (shifted ? " K/V off chunk alignment" : " K/V aligned"));
+    }
+    if (!kflash::impl::ScheduleTraits<AExec>::host_kernels) {
+      EXPECT_TRUE(outputs[0] == outputs[1]) << describe(s) << ": chunked and element-wise staging differ";
+    }
+  }
+}
+
 TYPED_TEST(AttentionTest, SchedulesAgree) {
   using T = TypeParam;
   for (bool causal : {false, true}) {

@@ -9,6 +9,9 @@
 #include <kflash/impl/compat.hpp>
 #include <kflash/impl/math.hpp>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace kflash::impl {
 
 /// Each batch's query and key lengths: dense (Nq, Nk); varlen from the offsets cu_q, cu_k (B + 1);
@@ -88,6 +91,32 @@ KOKKOS_INLINE_FUNCTION index_t contiguous_keys_end(const KV&, index_t, index_t) 
 template <class View, class Mem>
 KOKKOS_INLINE_FUNCTION index_t contiguous_keys_end(const PagedKeys<View, Mem>& k, index_t, index_t j) {
   return (j / k.page_size + 1) * k.page_size;
+}
+
+/// Bytes of the loads the team schedule stages K/V rows with, where the rows allow.
+inline constexpr std::size_t chunk_bytes = 16;
+
+/// Whether every row of n elements along view's last extent starts on a chunk_bytes boundary and is
+/// contiguous, n elements being whole chunks: its rows can then be read chunk by chunk.
+template <class View>
+bool rows_in_chunks(const View& view, index_t n) {
+  using T = typename View::value_type;
+  constexpr int R = view_rank<View>;
+  if (chunk_bytes % sizeof(T) != 0 || std::size_t(n) * sizeof(T) % chunk_bytes != 0) return false;
+  if (reinterpret_cast<std::uintptr_t>(view.data()) % chunk_bytes != 0) return false;
+  if (view.extent(R - 1) > 1 && view.stride(R - 1) != 1) return false;
+  for (int r = 0; r + 1 < R; ++r)
+    if (view.extent(r) > 1 && view.stride(r) * sizeof(T) % chunk_bytes != 0) return false;
+  return true;
+}
+/// The same for the keys or values a kernel reads through an adapter: those of the View under it.
+template <class View, class Mem>
+bool rows_in_chunks(const PackedRows<View, Mem>& rows, index_t n) {
+  return rows_in_chunks(rows.view, n);
+}
+template <class View, class Mem>
+bool rows_in_chunks(const PagedKeys<View, Mem>& keys, index_t n) {
+  return rows_in_chunks(keys.cache, n);
 }
 
 }  // namespace kflash::impl

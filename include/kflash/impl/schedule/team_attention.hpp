@@ -42,6 +42,25 @@ struct TeamAttentionScratch {
   static std::size_t bytes(index_t D) { return layout(D).end + 15; }
 };
 
+/// chunk_bytes of T, as one load reads them.
+template <class T>
+struct alignas(chunk_bytes) Chunk {
+  static constexpr int n = int(chunk_bytes / sizeof(T));
+  T x[n];
+};
+/// The chunk at p (chunk_bytes aligned): one 16-byte load on CUDA; element by element on the host,
+/// where reading T objects through another type would break C++'s aliasing rules.
+template <class T>
+KOKKOS_INLINE_FUNCTION Chunk<T> load_chunk(const T* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const Chunk<T>*>(p);
+#else
+  Chunk<T> c;
+  for (int e = 0; e < Chunk<T>::n; ++e) c.x[e] = p[e];
+  return c;
+#endif
+}
+
 /// Attention over team-of-threads blocks with register-blocked products (see TeamAttentionShape).
 /// Per K/V tile: stage K (transposed) and V; S = Q K^T by register blocks, masked; the tile's row
 /// maxima across key groups; the weights exp(s - m_tile) and their partial sums; each row's state
@@ -59,6 +78,70 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   static constexpr index_t LQ = Scratch::LQ, LK = Scratch::LK;
 
   static std::size_t scratch_bytes(const AttentionPlan& p) { return Scratch::bytes(p.D); }
+
+  /// Whether every K row (D elements) and V row (Dv) is whole chunks, aligned (rows_in_chunks):
+  /// the tiles are then staged chunk by chunk.
+  bool chunked_kv = false;
+  /// Chunk loads each thread has in flight before it stores the first of them: 4, or 2 where the
+  /// register blocks of S and O already take more than 128 registers a thread (more would spill).
+  static constexpr int loads_in_flight = TM * (TN + TNO) * int(sizeof(T) / 4) > 128 ? 2 : 4;
+
+  /// Items [0, n) of the team's threads, loads_in_flight at a time per thread: load(i) of each
+  /// first, then put(i, chunk) of each, so that the loads overlap.
+  template <class Load, class Put>
+  KOKKOS_INLINE_FUNCTION static void chunks_through(const member_type& team, int n, const Load& load,
+                                                    const Put& put) {
+    const int nt = team.team_size();
+    for (int base = team.team_rank(); base < n; base += loads_in_flight * nt) {
+      Chunk<T> c[loads_in_flight];
+      KFLASH_IMPL_UNROLL for (int u = 0; u < loads_in_flight; ++u)
+        if (base + u * nt < n) c[u] = load(base + u * nt);
+      KFLASH_IMPL_UNROLL for (int u = 0; u < loads_in_flight; ++u)
+        if (base + u * nt < n) put(base + u * nt, c[u]);
+    }
+  }
+
+  /// The tile of nk keys from t0 into scratch: K transposed, kt(d, j); V, vs(j, c), zero past Dv and
+  /// past the tile's keys. By chunks where chunked_kv (consecutive threads read consecutive chunks
+  /// of a row), else element by element. In-tile indices are 32-bit: a tile is a few KiB.
+  KOKKOS_INLINE_FUNCTION void stage_tile(const member_type& team, const typename Base::Block& w, index_t t0, int nk,
+                                         const Tile& kt, const Tile& vs) const {
+    const int D = int(this->p.D), Dv = int(this->p.Dv);
+    if (chunked_kv) {
+      constexpr int W = Chunk<T>::n;
+      const int kchunks = D / W;
+      chunks_through(
+          team, BK * kchunks,
+          [&](int i) {
+            const int j = i / kchunks;
+            return j < nk ? load_chunk(&this->k(w.b, w.hk, t0 + j, (i - j * kchunks) * W)) : Chunk<T>{};
+          },
+          [&](int i, const Chunk<T>& c) {
+            const int j = i / kchunks, d = (i - j * kchunks) * W;
+            KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) kt(d + e, j) = c.x[e];
+          });
+      constexpr int vchunks = DV / W;
+      chunks_through(
+          team, BK * vchunks,
+          [&](int i) {
+            const int j = i / vchunks, c = (i - j * vchunks) * W;
+            return j < nk && c < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + j, c)) : Chunk<T>{};
+          },
+          [&](int i, const Chunk<T>& c) {
+            const int j = i / vchunks, c0 = (i - j * vchunks) * W;
+            KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) vs(j, c0 + e) = c.x[e];
+          });
+      return;
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int idx) {
+      const int j = idx / D, d = idx - j * D;
+      kt(d, j) = j < nk ? this->k(w.b, w.hk, t0 + j, d) : T(0);
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](int idx) {
+      const int j = idx / DV, c = idx - j * DV;
+      vs(j, c) = j < nk && c < Dv ? this->v(w.b, w.hk, t0 + j, c) : T(0);
+    });
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const typename Base::Block w = this->block_of(team.league_rank());
@@ -99,14 +182,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const index_t nk = w.ke - t0 < BK ? w.ke - t0 : BK;
       if (this->tile_hidden(w, t0, nk)) continue;
       team.team_barrier();  // the previous tile is no longer read
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](index_t idx) {
-        const index_t j = idx / D, d = idx % D;
-        kt(d, j) = j < nk ? this->k(w.b, w.hk, t0 + j, d) : T(0);
-      });
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](index_t idx) {
-        const index_t j = idx / DV, c = idx % DV;
-        vs(j, c) = j < nk && c < Dv ? this->v(w.b, w.hk, t0 + j, c) : T(0);
-      });
+      stage_tile(team, w, t0, int(nk), kt, vs);
       team.team_barrier();
 
       // Scores of this thread's blocks, masked; each block row's maximum over its TN keys.

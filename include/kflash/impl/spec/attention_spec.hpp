@@ -43,6 +43,7 @@ void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms
   using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, OV, LV, Partial>;
   Kernel kernel{{q, k, v, o, lse, has_lse, p, terms.scale, terms.stage, terms.sinks, terms.block_mask, 0, seq}};
   if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_keys = packed;
+  if constexpr (!std::is_void<Shape>::value) kernel.chunked_kv = rows_in_chunks(k, p.D) && rows_in_chunks(v, p.Dv);
   const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
   const std::size_t bytes = Kernel::scratch_bytes(p);
   kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
