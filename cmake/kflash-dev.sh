@@ -37,6 +37,8 @@
 #                      (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kflash)
 #   KFLASH_BUILD_DIR   the build directory (default: build/ in the source tree)
 #   KFLASH_JOBS        parallel build jobs (default: nproc)
+#   KFLASH_WERROR      ON: warnings of kflash's own targets are errors in 'main', 'test' and 'build'
+#                      (CI sets it; the other lanes always have it, the CUDA lane for device code)
 #   KFLASH_CUDA_ARCH   the CUDA lane's GPU: ampere80 (default; build-cuda/) or hopper90 (H100, H200;
 #                      build-cuda-hopper90/)
 set -euo pipefail
@@ -250,7 +252,7 @@ build() {
   say "configuring and building in $build_dir"
   cmake -S "$src_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         ${kokkos_root:+-DKokkos_ROOT="$kokkos_root"} ${kokkos_root:+-DKokkosKernels_ROOT="$kokkos_root"} \
-        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON >/dev/null
+        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON -DKFLASH_WERROR="${KFLASH_WERROR:-OFF}" >/dev/null
   cmake --build "$build_dir" -j "$jobs"
 }
 
