@@ -1,4 +1,5 @@
-// Every difference between the Kokkos versions kflash supports (3.4 through 4.x and 5.x) lives here.
+// Every difference between the Kokkos versions kflash supports (3.4 through 4.x and 5.x), and between
+// the compilers it builds with (loop unrolling, 16-byte loads), lives here.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -62,6 +63,28 @@ inline constexpr int view_rank =
 #else
     static_cast<int>(ViewType::rank);
 #endif
+
+// --- 16-byte loads (the team schedule stages K/V rows by them where the rows allow): one load
+// instruction in CUDA device code; element by element elsewhere, where reading T objects through
+// another type would break C++'s aliasing rules.
+inline constexpr std::size_t chunk_bytes = 16;
+/// chunk_bytes of T, as one load reads them.
+template <class T>
+struct alignas(chunk_bytes) Chunk {
+  static constexpr int n = int(chunk_bytes / sizeof(T));
+  T x[n];
+};
+/// The chunk at p, which is chunk_bytes aligned.
+template <class T>
+KOKKOS_INLINE_FUNCTION Chunk<T> load_chunk(const T* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const Chunk<T>*>(p);
+#else
+  Chunk<T> c;
+  for (int e = 0; e < Chunk<T>::n; ++e) c.x[e] = p[e];
+  return c;
+#endif
+}
 
 // --- Reducers: Kokkos before 4.2 also calls join() on volatile references.
 // Copies a trivially copyable value out of / into volatile storage byte by byte (unsigned char is

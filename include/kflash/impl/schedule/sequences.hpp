@@ -93,9 +93,6 @@ KOKKOS_INLINE_FUNCTION index_t contiguous_keys_end(const PagedKeys<View, Mem>& k
   return (j / k.page_size + 1) * k.page_size;
 }
 
-/// Bytes of the loads the team schedule stages K/V rows with, where the rows allow.
-inline constexpr std::size_t chunk_bytes = 16;
-
 /// Whether every row of n elements along view's last extent starts on a chunk_bytes boundary and is
 /// contiguous, n elements being whole chunks: its rows can then be read chunk by chunk.
 template <class View>

@@ -42,25 +42,6 @@ struct TeamAttentionScratch {
   static std::size_t bytes(index_t D) { return layout(D).end + 15; }
 };
 
-/// chunk_bytes of T, as one load reads them.
-template <class T>
-struct alignas(chunk_bytes) Chunk {
-  static constexpr int n = int(chunk_bytes / sizeof(T));
-  T x[n];
-};
-/// The chunk at p (chunk_bytes aligned): one 16-byte load on CUDA; element by element on the host,
-/// where reading T objects through another type would break C++'s aliasing rules.
-template <class T>
-KOKKOS_INLINE_FUNCTION Chunk<T> load_chunk(const T* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const Chunk<T>*>(p);
-#else
-  Chunk<T> c;
-  for (int e = 0; e < Chunk<T>::n; ++e) c.x[e] = p[e];
-  return c;
-#endif
-}
-
 /// Attention over team-of-threads blocks with register-blocked products (see TeamAttentionShape).
 /// Per K/V tile: stage K (transposed) and V; S = Q K^T by register blocks, masked; the tile's row
 /// maxima across key groups; the weights exp(s - m_tile) and their partial sums; each row's state
