@@ -8,9 +8,9 @@
 #                                          (test bodies for Cuda only: the host build tests the others),
 #                                          then ctest [args] (CUDA tests are skipped without a GPU), then
 #                                          the static gates of the device schedules (tests/cuda/)
-#   bash cmake/kflash-dev.sh cuda-gates    CI's CUDA lane: only the library, kflash-bench (every device
-#                                          schedule) and the footprints built for Kokkos::Cuda, then the
-#                                          static gates (the test bodies cannot run without a GPU)
+#   bash cmake/kflash-dev.sh cuda-gates    CI's CUDA lane: only the library (every device kernel) and
+#                                          the footprints built for Kokkos::Cuda, then the static gates
+#                                          (the test bodies cannot run without a GPU)
 #   bash cmake/kflash-dev.sh bundle        CUDA lane's test and benchmark executables with the shared
 #                                          libraries they need beyond the C and C++ runtimes, in
 #                                          <CUDA build dir>/bundle/, to run on a machine that has a GPU
@@ -428,7 +428,7 @@ bundle_cuda() {
   say "bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: bash $dir/run-gpu-checks.sh"
 }
 
-# The static gates of the device schedules, over the CUDA build's kflash-bench and footprints.
+# The static gates of the device schedules, over the CUDA build's library and footprints.
 static_gates() {
   say "static gates of the device schedules (tests/cuda/static_gates.py)"
   python3 "$src_dir/tests/cuda/static_gates.py" --build "$cuda_build_dir" --cuobjdump "$(command -v cuobjdump)"
@@ -456,7 +456,7 @@ case "$cmd" in
            say "and fuzz tests, the examples, kflash-bench, kflash-demo, kflash-accuracy, the consumer projects);"
            say "the test executables were skipped: no CUDA device on this machine"
          fi ;;
-  cuda-gates) build_cuda kflash-bench kflash_device_footprints
+  cuda-gates) build_cuda kflash kflash_device_footprints
          static_gates ;;
   *)     die "usage: bash cmake/kflash-dev.sh {main|test|cuda|cuda-gates|sanitize|threads|fuzz-c|kokkos46|bundle|deps|build} [args]" ;;
 esac

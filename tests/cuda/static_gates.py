@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Static gates of the device schedules, from what the compiler made of them (no GPU needed).
 
-Reads the CUDA build's kflash-bench (every schedule the benchmarks time) through cuobjdump:
-registers and stack frame per kernel (--dump-resource-usage), spill instructions (STL/LDL) and the
+Reads the CUDA build's library, libkflash.a (every device kernel of every entry point, as its C
+interface instantiates them for Kokkos::Cuda), through cuobjdump: registers and stack frame per kernel (--dump-resource-usage), spill instructions (STL/LDL) and the
 widest global load (-sass); and the threads and scratch bytes per team of each device shape from
 kflash_device_footprints. Then judges, for attention and decode at fp32 D = 64 and 128 and at
 fp64 D = 64 and for the row kernels:
@@ -124,9 +124,10 @@ def main():
     ap.add_argument("--build", required=True, help="the CUDA build directory")
     ap.add_argument("--expected", default=os.path.join(os.path.dirname(__file__), "gates_expected.txt"))
     ap.add_argument("--cuobjdump", default="/usr/bin/cuobjdump")
+    ap.add_argument("--binary", help="the object, archive or executable to read (default: <build>/libkflash.a)")
     args = ap.parse_args()
 
-    binary = os.path.join(args.build, "perf", "kflash-bench")
+    binary = args.binary or os.path.join(args.build, "libkflash.a")
     usage = resource_usage(args.cuobjdump, binary)
     names = list(usage)
     groups = collections.defaultdict(list)
