@@ -36,7 +36,8 @@
 #   KFLASH_CACHE_DIR   where Kokkos 3.4.01 is built when no suitable Kokkos is found
 #                      (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kflash)
 #   KFLASH_BUILD_DIR   the build directory (default: build/ in the source tree)
-#   KFLASH_JOBS        parallel build jobs (default: nproc)
+#   KFLASH_JOBS        parallel build jobs, and processors ctest fills (default: nproc); each test tells
+#                      ctest how many threads it runs (kflash_test_threads in cmake/kflashBackends.cmake)
 #   KFLASH_WERROR      ON: warnings of kflash's own targets are errors in 'main', 'test' and 'build'
 #                      (CI sets it; the other lanes always have it, the CUDA lane for device code)
 #   KFLASH_CUDA_ARCH   the CUDA lane's GPU: ampere80 (default; build-cuda/) or hopper90 (H100, H200;
@@ -271,7 +272,7 @@ lane() {
   cmake -S "$src_dir" -B "$dir" -G Ninja ${root:+-DKokkos_ROOT="$root"} -DKFLASH_ENABLE_TESTS=ON \
         -DKFLASH_ENABLE_PERF=OFF -DKFLASH_ENABLE_FORTRAN=OFF -DKFLASH_ENABLE_MPI=OFF -DKFLASH_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs" --target "${lane_targets[@]}"
-  ctest --test-dir "$dir" --output-on-failure -R "$lane_tests"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "$lane_tests"
   say "$name lane: passed in $((SECONDS - start)) s"
 }
 
@@ -447,7 +448,7 @@ case "$cmd" in
   build) build ;;
   main)  build
          "$build_dir/perf/kflash-bench" --out "$build_dir/bench" "$@" ;;
-  test)  build; ctest --test-dir "$build_dir" --output-on-failure "$@" ;;
+  test)  build; ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@" ;;
   cuda)  build_cuda
          ctest --test-dir "$cuda_build_dir" --output-on-failure "$@"
          static_gates

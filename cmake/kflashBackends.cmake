@@ -36,7 +36,8 @@ function(kflash_warnings target)
 endfunction()
 
 # add_test that, in a build whose Kokkos has Cuda, first checks for a GPU: Kokkos cannot initialize
-# without one, so there the test is reported as skipped (not passed, not silently left out).
+# without one, so there the test is reported as skipped (not passed, not silently left out). The
+# test runs with 2 OpenMP threads unless kflash_test_threads says otherwise.
 function(kflash_add_test name)
   if(KFLASH_HAS_CUDA)
     add_test(NAME ${name} COMMAND ${PROJECT_SOURCE_DIR}/tests/run-if-gpu.sh ${ARGN})
@@ -44,4 +45,13 @@ function(kflash_add_test name)
   else()
     add_test(NAME ${name} COMMAND ${ARGN})
   endif()
+  kflash_test_threads(${name} 2)
+endfunction()
+
+# kflash_test_threads(test threads [VAR=value...]): the test's environment (OpenMP threads, unbound,
+# and the variables given) and the processors it occupies, which `ctest -j` counts: tests of one
+# thread run side by side, none oversubscribes the machine.
+function(kflash_test_threads name threads)
+  set(environment OMP_NUM_THREADS=${threads} OMP_PROC_BIND=false ${ARGN})
+  set_tests_properties(${name} PROPERTIES PROCESSORS ${threads} ENVIRONMENT "${environment}")
 endfunction()
