@@ -39,7 +39,8 @@
 #   KFLASH_JOBS        parallel build jobs, and processors ctest fills (default: nproc); each test tells
 #                      ctest how many threads it runs (kflash_test_threads in cmake/kflashBackends.cmake)
 #   KFLASH_WERROR      ON: warnings of kflash's own targets are errors in 'main', 'test' and 'build'
-#                      (CI sets it; the other lanes always have it, the CUDA lane for device code)
+#                      (CI sets it; the other lanes always have it, the CUDA lane for device code);
+#                      unset, the build directory keeps what it was configured with
 #   KFLASH_CUDA_ARCH   the CUDA lane's GPU: ampere80 (default; build-cuda/) or hopper90 (H100, H200;
 #                      build-cuda-hopper90/)
 set -euo pipefail
@@ -253,7 +254,7 @@ build() {
   say "configuring and building in $build_dir"
   cmake -S "$src_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         ${kokkos_root:+-DKokkos_ROOT="$kokkos_root"} ${kokkos_root:+-DKokkosKernels_ROOT="$kokkos_root"} \
-        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON -DKFLASH_WERROR="${KFLASH_WERROR:-OFF}" >/dev/null
+        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON ${KFLASH_WERROR:+-DKFLASH_WERROR="$KFLASH_WERROR"} >/dev/null
   cmake --build "$build_dir" -j "$jobs"
 }
 
