@@ -197,6 +197,7 @@ struct SmallTeamRowTraits {
   static constexpr int vector_length = 1;
   static constexpr int min_team_size = 1;
   static constexpr int team_multiple = 1;
+  template <class T>
   static constexpr int max_team_size = 1024;
 };
 
@@ -270,6 +271,68 @@ TYPED_TEST(SoftmaxTest, DeviceRowSchedulesOnAnyTeams) {
   };
   if (Exec().concurrency() >= 2) run(SmallTeamRowTraits<2>());
   else run(SmallTeamRowTraits<1>());
+}
+
+TYPED_TEST(SoftmaxTest, DeviceRowSchedulesByChunks) {
+  // The team tier's 16-byte path: rows of a wider matrix that start on 16-byte boundaries, whole
+  // and split into chunks of whole 16-byte chunks, with lengths ending inside a 16-byte chunk.
+  // x holds NaN past each row's end (a value read from there would reach every result); y past
+  // each row's end must keep its 7s.
+  using T = TypeParam;
+  using kflash::impl::RowOp;
+  using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, Mem>;
+  using Traits = SmallTeamRowTraits<2>;
+  constexpr int regs = 16;
+  constexpr std::size_t W = kflash::impl::Chunk<T>::n;
+  const std::size_t capacity = std::size_t(regs) * std::size_t(Exec().concurrency() >= 2 ? 2 : 1);
+  const std::size_t rows = 5;
+  struct Case {
+    std::size_t cols, ld, chunk_len;
+  };
+  for (const Case c : {Case{capacity, capacity, capacity}, Case{capacity - 3, capacity, capacity - 3},
+                       Case{3 * capacity - 3, 3 * capacity, capacity}, Case{2 * capacity + 1, 3 * capacity, capacity}}) {
+    const std::string where = "rows of " + std::to_string(c.cols) + " in rows of " + std::to_string(c.ld) +
+                              ", chunks of " + std::to_string(c.chunk_len);
+    const std::vector<T> values = normal_values<T>(rows * c.cols, unsigned(c.cols), 4.0);
+    const Matrix X("x", rows, c.ld), Y("y", rows, c.ld);
+    auto hx = Kokkos::create_mirror_view(X);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < c.ld; ++j)
+        hx(r, j) = j < c.cols ? values[r * c.cols + j] : std::numeric_limits<T>::quiet_NaN();
+    Kokkos::deep_copy(X, hx);
+    const auto cols = std::make_pair(std::size_t(0), c.cols);
+    const auto x = Kokkos::subview(X, Kokkos::ALL, cols);
+    const auto y = Kokkos::subview(Y, Kokkos::ALL, cols);
+    using XRows = kflash::impl::Rows<std::remove_const_t<decltype(x)>>;
+    kflash::impl::RowPlan plan;
+    plan.rows = rows;
+    plan.cols = c.cols;
+    plan.chunk_len = c.chunk_len;
+    plan.chunks = (c.cols + c.chunk_len - 1) / c.chunk_len;
+    ASSERT_TRUE(kflash::impl::rows_in_chunks(x, kflash::impl::index_t(W)) && (plan.chunks == 1 || c.chunk_len % W == 0))
+        << where << ": not the 16-byte path";
+    for (bool log_space : {false, true}) {
+      Kokkos::deep_copy(Y, T(7));
+      const bool ran = log_space ? kflash::impl::run_team_rows<RowOp::log_softmax, Traits, regs>(Exec(), XRows{x}, XRows{y}, plan, "t")
+                                 : kflash::impl::run_team_rows<RowOp::softmax, Traits, regs>(Exec(), XRows{x}, XRows{y}, plan, "t");
+      ASSERT_TRUE(ran) << where;
+      const auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), Y);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::string row = where + (log_space ? " log_softmax" : " softmax") + " row " + std::to_string(r);
+        expect_row_matches(reference_row(values.data() + r * c.cols, c.cols), values.data() + r * c.cols, &hy(r, 0),
+                           c.cols, log_space, row);
+        for (std::size_t j = c.cols; j < c.ld; ++j) EXPECT_EQ(hy(r, j), T(7)) << row << " column " << j;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+    Kokkos::View<T*, Mem> lse("lse", rows);
+    using Lse = kflash::impl::LseOut<Kokkos::View<T*, Mem>>;
+    ASSERT_TRUE((kflash::impl::run_team_rows<RowOp::logsumexp, Traits, regs>(Exec(), XRows{x}, Lse{lse}, plan, "t")));
+    const auto got = to_host(lse);
+    for (std::size_t r = 0; r < rows; ++r)
+      expect_lse_matches(reference_row(values.data() + r * c.cols, c.cols), got[r], 8 * eps<T>,
+                         where + " logsumexp row " + std::to_string(r));
+  }
 }
 
 TYPED_TEST(SoftmaxTest, VectorLengths) {

@@ -16,6 +16,7 @@ struct HostTeamDeviceTraits : DeviceTraits {
   static constexpr int lane_team_size = 2;
   static constexpr int min_team_size = 1;
   static constexpr int team_multiple = 1;
+  template <class T>
   static constexpr int max_team_size = 2;
   template <class T>
   static constexpr int team_regs = 64;

@@ -9,7 +9,8 @@ fp64 D = 64 and for the row kernels:
 
   spill      no local-memory store or load and no stack frame
   occupancy  at least 8 warps per SM on sm_80 and on sm_90, from registers, team threads and scratch
-  ldg128     the widest global load is 128 bits (attention and decode: K/V staged by 16-byte loads)
+  ldg128     the widest global load is 128 bits (attention and decode: K/V staged by 16-byte loads;
+             the team row kernel's chunk path: rows read by 16-byte loads)
 
 A gate that fails must be listed in the expected-failures file (one "gate kernel key" per line,
 with the reason after a '#'), and a listed gate that passes must leave it, so the list always says
@@ -27,6 +28,8 @@ GATED = ("TeamAttentionKernel", "MergeKernel", "RowKernel", "LaneRowKernel", "Te
 # architectures the gates hold on; a team's scratch beyond 48 KiB is never asked for by Kokkos.
 ARCHS = {"sm_80": (65536, 64, 32, 167936, 1024), "sm_90": (65536, 64, 32, 233472, 1024)}
 MIN_WARPS = 8
+# The key suffix of the team row kernel's 16-byte path (its Chunked template argument).
+BY_CHUNKS = " by chunks"
 
 
 def run(cmd):
@@ -102,7 +105,11 @@ def key_of(kernel, demangled):
     shape = re.search(r"TeamAttentionShape<[^>]*>", demangled)
     if shape:
         return shape.group(0)
-    return "double" if "double" in demangled else "float"
+    key = "double" if "double" in demangled else "float"
+    # The team row kernel's two access paths (its last template argument): 16-byte chunks, elements.
+    if kernel == "TeamRowKernel" and re.search(r"RowOp\)\d, \d+, true>", demangled):
+        key += BY_CHUNKS
+    return key
 
 
 def role(kernel, key):
@@ -153,8 +160,7 @@ def main():
         stack = max(usage[n][1] for n in members)
         spills = max(sass.get(n, (0, 0))[0] for n in members)
         widest = min(sass.get(n, (0, 0))[1] for n in members)
-        foot_key = (kernel, key) if (kernel, key) in feet else None
-        threads, scratch = feet.get(foot_key, (0, 0))
+        threads, scratch = feet.get((kernel, key.removesuffix(BY_CHUNKS)), (0, 0))
         if kernel == "MergeKernel":
             threads, scratch = 0, 0
         occupancy = {a: warps_per_sm(a, regs, threads, scratch) for a in ARCHS} if threads else {}
@@ -163,7 +169,7 @@ def main():
             gates["occupancy"] = all(w >= MIN_WARPS for w in occupancy.values())
         elif kernel != "MergeKernel":
             failures.append(f"{kernel} {key}: no footprint from kflash_device_footprints")
-        if kernel == "TeamAttentionKernel":
+        if kernel == "TeamAttentionKernel" or key.endswith(BY_CHUNKS):
             gates["ldg128"] = widest >= 128
         for gate, ok in gates.items():
             listed = (gate, kernel, key) in expected

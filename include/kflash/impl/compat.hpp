@@ -64,9 +64,9 @@ inline constexpr int view_rank =
     static_cast<int>(ViewType::rank);
 #endif
 
-// --- 16-byte loads (the team schedule stages K/V rows by them where the rows allow): one load
-// instruction in CUDA device code; element by element elsewhere, where reading T objects through
-// another type would break C++'s aliasing rules.
+// --- 16-byte loads and stores (the team schedules move K/V rows and softmax rows by them where
+// the rows allow): one instruction in CUDA device code; element by element elsewhere, where
+// accessing T objects through another type would break C++'s aliasing rules.
 inline constexpr std::size_t chunk_bytes = 16;
 /// chunk_bytes of T, as one load reads them.
 template <class T>
@@ -83,6 +83,15 @@ KOKKOS_INLINE_FUNCTION Chunk<T> load_chunk(const T* p) {
   Chunk<T> c;
   for (int e = 0; e < Chunk<T>::n; ++e) c.x[e] = p[e];
   return c;
+#endif
+}
+/// Stores chunk c at p, which is chunk_bytes aligned.
+template <class T>
+KOKKOS_INLINE_FUNCTION void store_chunk(T* p, const Chunk<T>& c) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<Chunk<T>*>(p) = c;
+#else
+  for (int e = 0; e < Chunk<T>::n; ++e) p[e] = c.x[e];
 #endif
 }
 

@@ -115,12 +115,15 @@ struct DeviceTraits : CommonTraits {
   /// Rows of up to lane_cols elements go over a thread's vector lanes, lane_team_size rows a team;
   /// longer rows a team each, of at least min_team_size threads (a multiple of team_multiple, at
   /// most max_team_size) holding team_regs<T> elements each in registers; rows longer than that
-  /// are split across teams.
+  /// are split across teams. max_team_size<T> is the launch bound under which those elements stay in
+  /// registers without spilling (64 registers a thread at 1024 threads on CUDA hold 32 floats; 16
+  /// doubles need 128, so 512 threads).
   static constexpr index_t lane_cols = 512;
   static constexpr int lane_team_size = 8;
   static constexpr int min_team_size = 64;
   static constexpr int team_multiple = 32;
-  static constexpr int max_team_size = 1024;
+  template <class T>
+  static constexpr int max_team_size = sizeof(T) == 4 ? 1024 : 512;
   template <class T>
   static constexpr int team_regs = sizeof(T) == 4 ? 32 : 16;
   /// Chunks of split rows are at least this long.

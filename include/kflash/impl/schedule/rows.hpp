@@ -4,6 +4,9 @@
 
 #include <kflash/impl/traits.hpp>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace kflash::impl {
 
 /// A rank-1 View seen as one row, a rank-2 View as rows over its last extent (any layout).
@@ -33,6 +36,20 @@ struct Rows<View, 2> {
   index_t row_stride() const { return index_t(v.stride(0)); }
 };
 
+/// Whether every row of n elements along view's last extent starts on a chunk_bytes boundary and is
+/// contiguous, n elements being whole chunks: its rows can then be read chunk by chunk.
+template <class View>
+bool rows_in_chunks(const View& view, index_t n) {
+  using T = typename View::value_type;
+  constexpr int R = view_rank<View>;
+  if (chunk_bytes % sizeof(T) != 0 || std::size_t(n) * sizeof(T) % chunk_bytes != 0) return false;
+  if (reinterpret_cast<std::uintptr_t>(view.data()) % chunk_bytes != 0) return false;
+  if (view.extent(R - 1) > 1 && view.stride(R - 1) != 1) return false;
+  for (int r = 0; r + 1 < R; ++r)
+    if (view.extent(r) > 1 && view.stride(r) * sizeof(T) % chunk_bytes != 0) return false;
+  return true;
+}
+
 /// How a set of rows is cut into work items: each row into `chunks` chunks of `chunk_len`.
 struct RowPlan {
   index_t rows = 0;
@@ -53,7 +70,7 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
   p.chunk_len = cols;
   index_t team_cols = 0;  // the longest chunk a device team holds
   if constexpr (!Traits::host_kernels) {
-    team_cols = index_t(Traits::template team_regs<T>) * Traits::max_team_size;
+    team_cols = index_t(Traits::template team_regs<T>) * Traits::template max_team_size<T>;
     if (cols <= team_cols) return p;
   }
   const index_t teams_available = index_t(exec.concurrency()) / (Traits::vector_length * Traits::row_team_size);
@@ -72,6 +89,11 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
   if (chunks > max_chunks) chunks = max_chunks;
   if (team_cols > 0 && chunks < (cols + team_cols - 1) / team_cols) chunks = (cols + team_cols - 1) / team_cols;
   p.chunk_len = (cols + chunks - 1) / chunks;
+  if constexpr (!Traits::host_kernels && chunk_bytes % sizeof(T) == 0) {
+    // Whole 16-byte chunks per item: the device row schedules read aligned rows by them.
+    constexpr index_t W = chunk_bytes / sizeof(T);
+    p.chunk_len = (p.chunk_len + W - 1) / W * W;
+  }
   p.chunks = (cols + p.chunk_len - 1) / p.chunk_len;
   return p;
 }

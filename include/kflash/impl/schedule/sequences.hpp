@@ -8,6 +8,7 @@
 
 #include <kflash/impl/compat.hpp>
 #include <kflash/impl/math.hpp>
+#include <kflash/impl/schedule/rows.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -93,20 +94,8 @@ KOKKOS_INLINE_FUNCTION index_t contiguous_keys_end(const PagedKeys<View, Mem>& k
   return (j / k.page_size + 1) * k.page_size;
 }
 
-/// Whether every row of n elements along view's last extent starts on a chunk_bytes boundary and is
-/// contiguous, n elements being whole chunks: its rows can then be read chunk by chunk.
-template <class View>
-bool rows_in_chunks(const View& view, index_t n) {
-  using T = typename View::value_type;
-  constexpr int R = view_rank<View>;
-  if (chunk_bytes % sizeof(T) != 0 || std::size_t(n) * sizeof(T) % chunk_bytes != 0) return false;
-  if (reinterpret_cast<std::uintptr_t>(view.data()) % chunk_bytes != 0) return false;
-  if (view.extent(R - 1) > 1 && view.stride(R - 1) != 1) return false;
-  for (int r = 0; r + 1 < R; ++r)
-    if (view.extent(r) > 1 && view.stride(r) * sizeof(T) % chunk_bytes != 0) return false;
-  return true;
-}
-/// The same for the keys or values a kernel reads through an adapter: those of the View under it.
+/// rows_in_chunks (rows.hpp) for the keys or values a kernel reads through an adapter: those of the
+/// View under it.
 template <class View, class Mem>
 bool rows_in_chunks(const PackedRows<View, Mem>& rows, index_t n) {
   return rows_in_chunks(rows.view, n);
