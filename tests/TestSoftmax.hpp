@@ -201,6 +201,23 @@ struct SmallTeamRowTraits {
   static constexpr int max_team_size = 1024;
 };
 
+/// Runs logsumexp of x's rows through the device row schedules with Traits and Regs registers per
+/// thread on plan, and checks each row against the reference of host (row-major, plan.cols a row).
+template <class Traits, int Regs, class XRows, class T>
+void check_team_lse(const XRows& x, const kflash::impl::RowPlan& plan, const std::vector<T>& host,
+                    const std::string& where) {
+  const std::size_t rows = std::size_t(plan.rows), cols = std::size_t(plan.cols);
+  Kokkos::View<T*, Mem> lse("lse", rows);
+  using Lse = kflash::impl::LseOut<Kokkos::View<T*, Mem>>;
+  ASSERT_TRUE((kflash::impl::run_team_rows<kflash::impl::RowOp::logsumexp, Traits, Regs>(Exec(), x, Lse{lse}, plan,
+                                                                                        "t")))
+      << where;
+  const auto got = to_host(lse);
+  for (std::size_t r = 0; r < rows; ++r)
+    expect_lse_matches(reference_row(host.data() + r * cols, cols), got[r], 8 * eps<T>,
+                       where + " logsumexp row " + std::to_string(r));
+}
+
 /// Runs the three row operations through the device row schedules with Traits and Regs registers
 /// per thread, and checks them like check_matrix.
 template <class T, class Traits, int Regs>
@@ -229,13 +246,7 @@ void check_team_rows(std::size_t rows, std::size_t cols, const std::vector<T>& h
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
-  Kokkos::View<T*, Mem> lse("lse", rows);
-  using Lse = kflash::impl::LseOut<Kokkos::View<T*, Mem>>;
-  ASSERT_TRUE((kflash::impl::run_team_rows<RowOp::logsumexp, Traits, Regs>(Exec(), XRows{x}, Lse{lse}, plan, "t")));
-  const auto got = to_host(lse);
-  for (std::size_t r = 0; r < rows; ++r)
-    expect_lse_matches(reference_row(host.data() + r * cols, cols), got[r], 8 * eps<T>,
-                       where + " logsumexp row " + std::to_string(r));
+  check_team_lse<Traits, Regs>(XRows{x}, plan, host, where);
 }
 
 TYPED_TEST(SoftmaxTest, DeviceRowSchedulesOnAnyTeams) {
@@ -325,13 +336,8 @@ TYPED_TEST(SoftmaxTest, DeviceRowSchedulesByChunks) {
         if (::testing::Test::HasFailure()) return;
       }
     }
-    Kokkos::View<T*, Mem> lse("lse", rows);
-    using Lse = kflash::impl::LseOut<Kokkos::View<T*, Mem>>;
-    ASSERT_TRUE((kflash::impl::run_team_rows<RowOp::logsumexp, Traits, regs>(Exec(), XRows{x}, Lse{lse}, plan, "t")));
-    const auto got = to_host(lse);
-    for (std::size_t r = 0; r < rows; ++r)
-      expect_lse_matches(reference_row(values.data() + r * c.cols, c.cols), got[r], 8 * eps<T>,
-                         where + " logsumexp row " + std::to_string(r));
+    check_team_lse<Traits, regs>(XRows{x}, plan, values, where);
+    if (::testing::Test::HasFailure()) return;
   }
 }
 
