@@ -131,22 +131,24 @@ struct DeviceTraits : CommonTraits {
 
   // --- Attention: team shapes by value type and output width (Dv <= 64, <= 128), Narrow (blocks of
   // 8 rows) where a K/V head has at most 8 query rows (decoding); the tiles of one team fit the
-  // 40 KiB of level-0 scratch Kokkos gives a CUDA team at D = DV. Larger Dv: one thread per row,
-  // block_q rows a team, block_k keys a tile.
+  // 40 KiB of level-0 scratch Kokkos gives a CUDA team at D = DV. Teams of 4 warps share each K/V
+  // tile (fp64 at Dv = 128: one warp), so that at least 8 warps share an SM of sm_80 and sm_90
+  // (tests/cuda/static_gates.py checks it). Larger Dv: one thread per row, block_q rows a team,
+  // block_k keys a tile.
   static constexpr index_t block_k = 32;
   static constexpr index_t min_split_keys = 1024;
   template <class T, int DV, bool Narrow>
   using team_shape = std::conditional_t<
       sizeof(T) == 4,
       std::conditional_t<Narrow,
-                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 32, 1, 4, 64>,
-                                            TeamAttentionShape<T, 8, 16, 1, 2, 128>>,
-                         std::conditional_t<DV == 64, TeamAttentionShape<T, 32, 32, 4, 8, 64>,
-                                            TeamAttentionShape<T, 32, 16, 4, 4, 128>>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 32, 1, 2, 64>,
+                                            TeamAttentionShape<T, 8, 16, 1, 1, 128>>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 64, 32, 4, 4, 64>,
+                                            TeamAttentionShape<T, 32, 16, 2, 2, 128>>>,
       std::conditional_t<Narrow,
-                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 2, 64>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 1, 64>,
                                             TeamAttentionShape<T, 8, 8, 1, 1, 128>>,
-                         std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 16, 2, 4, 64>,
+                         std::conditional_t<DV == 64, TeamAttentionShape<T, 32, 16, 2, 2, 64>,
                                             TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
   /// The output widths team_shape exists for.
   static constexpr int team_dv_small = 64, team_dv_large = 128;

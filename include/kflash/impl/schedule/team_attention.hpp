@@ -19,7 +19,8 @@ struct TeamAttentionScratch {
   static constexpr index_t LQ = Shape::BQ + 1, LK = Shape::BK + 1;
 
   /// Byte offsets in the block: Q transposed, K transposed, V, the weights transposed, the key
-  /// groups' partial maxima and sums, the merge factors, the row states; each 16-byte aligned.
+  /// groups' partial maxima and sums, the merge factors, the row states; each 16-byte aligned. The
+  /// weights share K's place: a tile's K is last read before its weights are first written.
   struct Layout {
     std::size_t qt, kt, vs, pt, part, fac, st, end;
   };
@@ -30,9 +31,10 @@ struct TeamAttentionScratch {
     constexpr int BQ = Shape::BQ, BK = Shape::BK, KG = Shape::KG, DV = Shape::DV;
     Layout l{};
     l.kt = after(l.qt, sizeof(T) * std::size_t(D * LQ));
-    l.vs = after(l.kt, sizeof(T) * std::size_t(D * LK));
-    l.pt = after(l.vs, sizeof(T) * std::size_t(BK * DV));
-    l.part = after(l.pt, sizeof(T) * std::size_t(BK * LQ));
+    l.pt = l.kt;
+    const std::size_t k_or_p = D * LK > BK * LQ ? std::size_t(D * LK) : std::size_t(BK * LQ);
+    l.vs = after(l.kt, sizeof(T) * k_or_p);
+    l.part = after(l.vs, sizeof(T) * std::size_t(BK * DV));
     l.fac = after(l.part, sizeof(T) * std::size_t(2 * KG * BQ));
     l.st = after(l.fac, sizeof(T) * std::size_t(2 * BQ));
     l.end = after(l.st, sizeof(SoftmaxState<T>) * std::size_t(BQ));
@@ -63,57 +65,51 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// Whether every K row (D elements) and V row (Dv) is whole chunks, aligned (rows_in_chunks):
   /// the tiles are then staged chunk by chunk.
   bool chunked_kv = false;
-  /// Chunk loads each thread has in flight before it stores the first of them: 4, or 2 where the
-  /// register blocks of S and O already take more than 128 registers a thread (more would spill).
-  static constexpr int loads_in_flight = TM * (TN + TNO) * int(sizeof(T) / 4) > 128 ? 2 : 4;
 
-  /// Items [0, n) of the team's threads, loads_in_flight at a time per thread: load(i) of each
-  /// first, then put(i, chunk) of each, so that the loads overlap.
-  template <class Load, class Put>
-  KOKKOS_INLINE_FUNCTION static void chunks_through(const member_type& team, int n, const Load& load,
-                                                    const Put& put) {
-    const int nt = team.team_size();
-    for (int base = team.team_rank(); base < n; base += loads_in_flight * nt) {
-      Chunk<T> c[loads_in_flight];
-      KFLASH_IMPL_UNROLL for (int u = 0; u < loads_in_flight; ++u)
-        if (base + u * nt < n) c[u] = load(base + u * nt);
-      KFLASH_IMPL_UNROLL for (int u = 0; u < loads_in_flight; ++u)
-        if (base + u * nt < n) put(base + u * nt, c[u]);
+  /// One tile's K and V chunks as a thread holds them between their loads and their stores: the
+  /// thread's items are rank, rank + team_size, ... of the tile's BK * DV / n chunks of each (K's
+  /// rows have D <= DV elements, the rest of the items unused).
+  static constexpr int tile_chunks = BK * (DV / Chunk<T>::n);
+  static constexpr int chunks_per_thread = (tile_chunks + Shape::team_size - 1) / Shape::team_size;
+  struct TileChunks {
+    Chunk<T> k[chunks_per_thread], v[chunks_per_thread];
+  };
+  /// Whether the tiles are prefetched: loaded into registers (TileChunks) while the team computes
+  /// the tile before, so that their loads overlap its products. Chunked K/V rows of D <= DV.
+  KOKKOS_INLINE_FUNCTION bool prefetched() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
+
+  /// Loads the tile of nk keys from t0 into c: K's chunk i is key i / (D / n), V's key i / (DV / n);
+  /// zero past the tile's keys and past Dv. Consecutive threads read consecutive chunks of a row.
+  KOKKOS_INLINE_FUNCTION void load_tile(const member_type& team, const typename Base::Block& w, index_t t0, int nk,
+                                        TileChunks& c) const {
+    constexpr int W = Chunk<T>::n, vchunks = DV / W;
+    const int kchunks = int(this->p.D) / W, Dv = int(this->p.Dv);
+    KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
+      const int i = team.team_rank() + u * team.team_size();
+      const int jk = i / kchunks, jv = i / vchunks, cv = (i - jv * vchunks) * W;
+      c.k[u] = jk < nk ? load_chunk(&this->k(w.b, w.hk, t0 + jk, (i - jk * kchunks) * W)) : Chunk<T>{};
+      c.v[u] = jv < nk && cv < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + jv, cv)) : Chunk<T>{};
     }
   }
-
-  /// The tile of nk keys from t0 into scratch: K transposed, kt(d, j); V, vs(j, c), zero past Dv and
-  /// past the tile's keys. By chunks where chunked_kv (consecutive threads read consecutive chunks
-  /// of a row), else element by element. In-tile indices are 32-bit: a tile is a few KiB.
+  /// Stores the chunks load_tile gave c: K transposed, kt(d, j); V, vs(j, c).
+  KOKKOS_INLINE_FUNCTION void store_tile(const member_type& team, const TileChunks& c, const Tile& kt,
+                                         const Tile& vs) const {
+    constexpr int W = Chunk<T>::n, vchunks = DV / W;
+    const int kchunks = int(this->p.D) / W;
+    KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
+      const int i = team.team_rank() + u * team.team_size();
+      if (i >= tile_chunks) break;
+      const int jk = i / kchunks, jv = i / vchunks, cv = (i - jv * vchunks) * W;
+      if (jk < BK) KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) kt((i - jk * kchunks) * W + e, jk) = c.k[u].x[e];
+      KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) vs(jv, cv + e) = c.v[u].x[e];
+    }
+  }
+  /// The tile of nk keys from t0 into scratch, element by element (rows not in chunks, or D > DV):
+  /// K transposed, V zero past Dv and past the tile's keys. In-tile indices are 32-bit: a tile is a
+  /// few KiB.
   KOKKOS_INLINE_FUNCTION void stage_tile(const member_type& team, const typename Base::Block& w, index_t t0, int nk,
                                          const Tile& kt, const Tile& vs) const {
     const int D = int(this->p.D), Dv = int(this->p.Dv);
-    if (chunked_kv) {
-      constexpr int W = Chunk<T>::n;
-      const int kchunks = D / W;
-      chunks_through(
-          team, BK * kchunks,
-          [&](int i) {
-            const int j = i / kchunks;
-            return j < nk ? load_chunk(&this->k(w.b, w.hk, t0 + j, (i - j * kchunks) * W)) : Chunk<T>{};
-          },
-          [&](int i, const Chunk<T>& c) {
-            const int j = i / kchunks, d = (i - j * kchunks) * W;
-            KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) kt(d + e, j) = c.x[e];
-          });
-      constexpr int vchunks = DV / W;
-      chunks_through(
-          team, BK * vchunks,
-          [&](int i) {
-            const int j = i / vchunks, c = (i - j * vchunks) * W;
-            return j < nk && c < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + j, c)) : Chunk<T>{};
-          },
-          [&](int i, const Chunk<T>& c) {
-            const int j = i / vchunks, c0 = (i - j * vchunks) * W;
-            KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) vs(j, c0 + e) = c.x[e];
-          });
-      return;
-    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int idx) {
       const int j = idx / D, d = idx - j * D;
       kt(d, j) = j < nk ? this->k(w.b, w.hk, t0 + j, d) : T(0);
@@ -122,6 +118,17 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const int j = idx / DV, c = idx - j * DV;
       vs(j, c) = j < nk && c < Dv ? this->v(w.b, w.hk, t0 + j, c) : T(0);
     });
+  }
+
+  /// The first tile start t0 >= t (tiles start at w.kb, BK keys apart) that the block mask does
+  /// not hide, or w.ke.
+  KOKKOS_INLINE_FUNCTION index_t next_tile(const typename Base::Block& w, index_t t) const {
+    for (; t < w.ke; t += BK)
+      if (!this->tile_hidden(w, t, keys_at(w, t))) return t;
+    return w.ke;
+  }
+  KOKKOS_INLINE_FUNCTION static index_t keys_at(const typename Base::Block& w, index_t t0) {
+    return w.ke - t0 < BK ? w.ke - t0 : BK;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
@@ -159,12 +166,19 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
         KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) o[bb][a][c] = T(0);
 
-    for (index_t t0 = w.kb; t0 < w.ke; t0 += BK) {
-      const index_t nk = w.ke - t0 < BK ? w.ke - t0 : BK;
-      if (this->tile_hidden(w, t0, nk)) continue;
+    // Prefetched tiles: the next visible tile's chunks are loaded before this tile's products.
+    const bool prefetch = prefetched();
+    TileChunks next{};
+    index_t t0 = next_tile(w, w.kb);
+    if (prefetch && t0 < w.ke) load_tile(team, w, t0, int(keys_at(w, t0)), next);
+    while (t0 < w.ke) {
+      const index_t nk = keys_at(w, t0);
       team.team_barrier();  // the previous tile is no longer read
-      stage_tile(team, w, t0, int(nk), kt, vs);
+      if (prefetch) store_tile(team, next, kt, vs);
+      else stage_tile(team, w, t0, int(nk), kt, vs);
       team.team_barrier();
+      const index_t t1 = next_tile(w, t0 + BK);
+      if (prefetch && t1 < w.ke) load_tile(team, w, t1, int(keys_at(w, t1)), next);
 
       // Scores of this thread's blocks, masked; each block row's maximum over its TN keys.
       KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
@@ -242,6 +256,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
             KFLASH_IMPL_UNROLL for (int c = 0; c < TNO; ++c) o[bb][a][c] += pa[a] * vb[c];
         }
       }
+      t0 = t1;
     }
     team.team_barrier();  // the states of every row are final
 
