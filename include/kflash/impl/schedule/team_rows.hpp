@@ -63,7 +63,8 @@ struct LaneRowKernel {
 };
 
 /// A row (or a chunk of one) per team, Regs elements of it in each thread's registers (index_of);
-/// the team reduction merges the threads' maxima, then their sums of weights. Phases as RowPhase:
+/// the team reduction merges the threads' maxima, then their sums of weights (logsumexp: their
+/// states, in one reduction). Phases as RowPhase:
 /// whole rows; the state of each chunk into ws(r, c); the merge of a row's chunk states, then the
 /// chunk's outputs (x read again). Chunked: the rows of x, and of y where this kernel writes rows,
 /// start on 16-byte boundaries, as does every chunk of a split row (run_team_rows); each thread
@@ -119,6 +120,17 @@ struct TeamRowKernel {
     SoftmaxState<T> state;
     if (phase == RowPhase::finish) {
       state = ws(r, plan.chunks);  // the row's state, merged from its chunks' by RowStateMerge
+    } else if constexpr (Op == RowOp::logsumexp) {
+      // Only the state is wanted: each thread's own, then one merge across the team (the monoid),
+      // so that the elements are no longer held during the team's reduction (held there, they
+      // spilled under Kokkos 4.6's 1024-thread launch).
+      T m = -infinity<T>();
+      KFLASH_IMPL_UNROLL for (int k = 0; k < Regs; ++k) m = v[k] > m ? v[k] : m;
+      SoftmaxState<T> sum = SoftmaxState<T>::identity();
+      KFLASH_IMPL_UNROLL for (int k = 0; k < Regs; ++k)
+        if (index_of(k, rank, size) < n) sum.add_term(SoftmaxState<T>::weight(v[k], m));
+      state = SoftmaxState<T>::of_weights(m, sum);
+      team.team_reduce(OnlineSoftmax<T, Kokkos::AnonymousSpace>(state));
     } else {
       // The tile recurrence over the team: the maximum, then the weights against it, each reduced
       // across the team's threads (sums merged compensated).
