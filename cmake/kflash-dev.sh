@@ -7,7 +7,9 @@
 #   bash cmake/kflash-dev.sh cuda [args]   CUDA lane: build everything for Kokkos::Cuda in build-cuda/
 #                                          (test bodies for Cuda only: the host build tests the others),
 #                                          then ctest [args] (CUDA tests are skipped without a GPU), then
-#                                          the static gates of the device schedules (tests/cuda/)
+#                                          the static gates of the device schedules (tests/cuda/);
+#                                          against Kokkos 4.6.01 (built once into the cache from
+#                                          ../shared/deps/) where its tarball is there, else 3.4.01
 #   bash cmake/kflash-dev.sh cuda-gates    CI's CUDA lane: only the library (every device kernel) and
 #                                          the footprints built for Kokkos::Cuda, then the static gates
 #                                          (the test bodies cannot run without a GPU)
@@ -211,6 +213,24 @@ setup_cuda_kokkos() {
     return
   fi
   setup_cuda_toolkit
+  if [ -f "$kokkos46_tarball" ]; then
+    # Kokkos 4.6 knows sm_90 natively, and its team launch leaves no stack frame in the schedules
+    # (3.4's level-1 scratch lock keeps 8 bytes in every team kernel): the gates judge kflash alone.
+    local prefix=$cache_dir/kokkos-4.6.01-cuda-$cuda_arch-r1
+    if [ -z "$(probe_kokkos "$prefix" Cuda)" ]; then
+      local work=$cache_dir/build-kokkos-4.6.01-cuda
+      rm -rf "$work" && unpack_kokkos46 "$work/src"
+      local arch=AMPERE80
+      [ "$cuda_arch" = hopper90 ] && arch=HOPPER90
+      say "building Kokkos 4.6.01 with Cuda ($arch, CUDA 11.8, g++-11) + OpenMP + Serial into $prefix"
+      install_kokkos "$work/src" "$work" "$prefix" -DCMAKE_CXX_COMPILER="$work/src/bin/nvcc_wrapper" \
+          -DKokkos_ARCH_$arch=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_CUDA=ON
+      rm -rf "$work"
+    fi
+    say "using Kokkos 4.6.01 with Cuda from the cache $prefix"
+    cuda_kokkos_root=$prefix
+    return
+  fi
   if [ -z "$(probe_kokkos "$cuda_prefix" Cuda)" ]; then
     say "building Kokkos 3.4.01 with Cuda ($cuda_arch, CUDA 11.8, g++-11) + OpenMP + Serial"
     local arch_options=(-DCMAKE_CXX_FLAGS=-arch=sm_80 -DKokkos_ARCH_AMPERE80=ON)
@@ -240,6 +260,12 @@ build_cuda() {
   # Debian's nvcc (11.8) and g++-11 come first, whatever else is on PATH.
   export PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++-11}
   setup_cuda_kokkos
+  # A build directory configured against another Kokkos (and so another nvcc_wrapper) starts afresh.
+  if [ -f "$cuda_build_dir/CMakeCache.txt" ] &&
+     ! grep -qx "Kokkos_ROOT:[A-Z]*=$cuda_kokkos_root" "$cuda_build_dir/CMakeCache.txt"; then
+    say "$cuda_build_dir was configured against another Kokkos: removing it"
+    rm -rf "$cuda_build_dir"
+  fi
   say "configuring and building for CUDA in $cuda_build_dir"
   cmake -S "$src_dir" -B "$cuda_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CXX_COMPILER="$cuda_kokkos_root/bin/nvcc_wrapper" -DKokkos_ROOT="$cuda_kokkos_root" \

@@ -14,7 +14,10 @@ fp64 D = 64 and for the row kernels:
 
 A gate that fails must be listed in the expected-failures file (one "gate kernel key" per line,
 with the reason after a '#'), and a listed gate that passes must leave it, so the list always says
-where the schedules stand. Prints one table; exits 1 when a gate and the list disagree.
+where the schedules stand. A line that starts with "kokkos<N" ("kokkos>=N") holds only where the
+build's Kokkos is older than version N (is N or newer): KOKKOS_VERSION, as kflash_device_footprints
+prints it, 40000 being 4.0.0.
+Prints one table; exits 1 when a gate and the list disagree.
 """
 import argparse
 import collections
@@ -82,13 +85,34 @@ def sass_facts(cuobjdump, binary, wanted):
 
 
 def footprints(program):
-    """{(kernel, key): (threads, scratch bytes)} printed by kflash_device_footprints."""
-    table = {}
+    """({(kernel, key): (threads, scratch bytes)}, Kokkos version) printed by kflash_device_footprints."""
+    table, version = {}, None
     for line in run([program]).splitlines():
         m = re.match(r"(\w+) (.*) threads=(\d+) scratch=(\d+)$", line)
         if m:
             table[(m.group(1), m.group(2))] = (int(m.group(3)), int(m.group(4)))
-    return table
+        m = re.match(r"KOKKOS_VERSION (\d+)$", line)
+        if m:
+            version = int(m.group(1))
+    if version is None:
+        sys.exit(f"static gates: {program} printed no KOKKOS_VERSION")
+    return table, version
+
+
+def read_expected(path, kokkos_version):
+    """{(gate, kernel, key): line} of the expected failures that hold for this Kokkos version."""
+    expected = {}
+    with open(path) as f:
+        for line in f:
+            entry = line.split("#", 1)[0].split()
+            m = re.fullmatch(r"kokkos(<|>=)(\d+)", entry[0]) if entry else None
+            if m:
+                if (kokkos_version < int(m.group(2))) != (m.group(1) == "<"):
+                    continue
+                entry = entry[1:]
+            if entry:
+                expected[(entry[0], entry[1], " ".join(entry[2:]))] = line.strip()
+    return expected
 
 
 def warps_per_sm(arch, regs, threads, scratch):
@@ -143,14 +167,8 @@ def main():
         if m and m.group(1) in GATED:
             groups[(m.group(1), key_of(m.group(1), dem))].append(name)
     sass = sass_facts(args.cuobjdump, binary, {n for members in groups.values() for n in members})
-    feet = footprints(os.path.join(args.build, "tests", "kflash_device_footprints"))
-
-    expected = {}
-    with open(args.expected) as f:
-        for line in f:
-            entry = line.split("#", 1)[0].split()
-            if entry:
-                expected[(entry[0], entry[1], " ".join(entry[2:]))] = line.strip()
+    feet, kokkos_version = footprints(os.path.join(args.build, "tests", "kflash_device_footprints"))
+    expected = read_expected(args.expected, kokkos_version)
 
     failures, rows, seen = [], [], set()
     for (kernel, key), members in sorted(groups.items()):
@@ -190,8 +208,8 @@ def main():
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     for r in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
-    print(f"(from {binary}; registers, stack and spills are the worst of each group's instantiations, "
-          f"the widest load its narrowest; warps per SM need >= {MIN_WARPS})")
+    print(f"(from {binary}, Kokkos {kokkos_version}; registers, stack and spills are the worst of each group's "
+          f"instantiations, the widest load its narrowest; warps per SM need >= {MIN_WARPS})")
     for f in failures:
         print("static gates: " + f)
     if failures:
