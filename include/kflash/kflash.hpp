@@ -6,6 +6,7 @@
 #include <kflash/attention_stream.hpp>
 #include <kflash/cross_entropy.hpp>
 #include <kflash/softmax.hpp>
+#include <kflash/softmax_backward.hpp>
 #include <kflash/softmax_state.hpp>
 #include <kflash/softmax_stream.hpp>
 #include <kflash/version.hpp>

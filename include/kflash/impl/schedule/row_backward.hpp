@@ -1,0 +1,78 @@
+// The gradients of the row operations (GUIDE §8), one portable schedule for every space: a team per
+// row reduces the row's sum across its threads (Σ dy·y for softmax, Σ dy for log_softmax; sums
+// compensated, merged in a fixed order), then writes dx; logsumexp's gradient needs no sum.
+#pragma once
+
+#include <kflash/impl/schedule/rows.hpp>
+
+namespace kflash::impl {
+
+/// Which gradient RowBackwardKernel computes.
+enum class RowGrad { softmax, log_softmax, logsumexp };
+
+/// The per-row scalars of the gradients that take none.
+struct NoRowScalars {};
+
+/// Row r of dx from row r of a and b, given rows of rank 1 or 2 (Rows) and per-row scalars of rank
+/// 0 or 1 (LseOut, read only here):
+///  softmax:     a = y, b = dy:  dx = y (dy − Σ dy·y)
+///  log_softmax: a = y, b = dy:  dx = dy − exp(y) Σ dy
+///  logsumexp:   a = x, lse, dlse: dx = dlse · exp(x − lse), which weighs 0 where x = lse = −inf
+///               and 1 where x = lse = +inf, as the forward's weights do.
+/// dx may be b's View (softmax, log_softmax) or a's (logsumexp): each element is read before it is
+/// written, by the same thread.
+template <class ExecSpace, RowGrad Op, class ARows, class BRows, class DXRows, class Lse, class DLse>
+struct RowBackwardKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename decltype(ARows::v)::value_type>;
+
+  ARows a;
+  BRows b;
+  DXRows dx;
+  Lse lse;    // logsumexp only (else NoRowScalars)
+  DLse dlse;
+  index_t cols;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const index_t r = team.league_rank();
+    if constexpr (Op == RowGrad::logsumexp) {
+      const T m = lse(r, 0), g = dlse(r, 0);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](index_t c) {
+        const T x = a(r, c);
+        // x == lse: weight 1, but 0 for a row of -inf (the infinities' difference is NaN); NaN in
+        // x or lse never compares equal and gives NaN.
+        dx(r, c) = g * (x == m ? T(m != -infinity<T>()) : exp(x - m));
+      });
+    } else {
+      // A SoftmaxState whose maximum stays -inf is a compensated sum; OnlineSoftmax merges such
+      // sums exactly as the forward merges its sums of weights.
+      SoftmaxState<T> sum = SoftmaxState<T>::identity();
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, cols),
+          [&](index_t c, SoftmaxState<T>& acc) {
+            if constexpr (Op == RowGrad::softmax) acc.add_term(b(r, c) * a(r, c));
+            else acc.add_term(b(r, c));
+          },
+          OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
+      // An infinite sum keeps its sign (its compensation is NaN: inf - inf); NaN stays NaN.
+      const T s = sum.sum - sum.sum == T(0) ? sum.total() : sum.sum;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](index_t c) {
+        if constexpr (Op == RowGrad::softmax) dx(r, c) = a(r, c) * (b(r, c) - s);
+        else dx(r, c) = b(r, c) - exp(a(r, c)) * s;
+      });
+    }
+  }
+};
+
+/// Runs RowBackwardKernel over every row of a (rows and cols as Rows gives them).
+template <RowGrad Op, class ExecSpace, class ARows, class BRows, class DXRows, class Lse, class DLse>
+void run_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b, const DXRows& dx, const Lse& lse,
+                      const DLse& dlse, const char* label) {
+  const index_t rows = a.rows(), cols = a.cols();
+  if (rows == 0 || cols == 0) return;
+  using Kernel = RowBackwardKernel<ExecSpace, Op, ARows, BRows, DXRows, Lse, DLse>;
+  Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(rows), Kokkos::AUTO),
+                       Kernel{a, b, dx, lse, dlse, cols});
+}
+
+}  // namespace kflash::impl
