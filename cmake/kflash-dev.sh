@@ -16,7 +16,8 @@
 #   bash cmake/kflash-dev.sh bundle        CUDA lane's test and benchmark executables with the shared
 #                                          libraries they need beyond the C and C++ runtimes, in
 #                                          <CUDA build dir>/bundle/, to run on a machine that has a GPU
-#                                          (bundle/run-gpu-checks.sh [kflash-bench args])
+#                                          (bundle/run-gpu-checks.sh [kflash-bench args]: the tests,
+#                                          the bench, PyTorch's peers, ncu and compute-sanitizer)
 #   bash cmake/kflash-dev.sh sanitize [calls]  the Serial and OpenMP tests, the C tests and the fuzzer
 #                                          built with AddressSanitizer + UndefinedBehaviorSanitizer
 #                                          (GCC) in build-sanitize/, run by ctest; against Kokkos 4.6.01
@@ -447,7 +448,8 @@ kokkos46() {
 bundle_cuda() {
   local dir=$cuda_build_dir/bundle lib
   rm -rf "$dir" && mkdir -p "$dir/lib"
-  cp "$cuda_build_dir/tests/kflash_test_cuda" "$cuda_build_dir/perf/kflash-bench" "$src_dir/tests/run-gpu-checks.sh" "$dir/"
+  cp "$cuda_build_dir/tests/kflash_test_cuda" "$cuda_build_dir/perf/kflash-bench" "$src_dir/tests/run-gpu-checks.sh" \
+     "$src_dir/tests/cuda/torch_peers.py" "$dir/"
   for lib in $(ldd "$dir/kflash_test_cuda" "$dir/kflash-bench" | awk '/=> \//{print $3}' | sort -u); do
     case $(basename "$lib") in
       libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*) ;;

@@ -1,24 +1,117 @@
 #!/usr/bin/env bash
-# Runs the CUDA lane's executables from a bundle (bash cmake/kflash-dev.sh bundle) on a machine with
-# a GPU: the device, the whole test suite, then kflash-bench on the Cuda backend with the given
-# arguments (default --full). Logs and results.json go to $KFLASH_GPU_OUT (default: out/ beside this
-# script); KFLASH_GPU_SKIP_TESTS=1, KFLASH_GPU_SKIP_BENCH=1 and KFLASH_GPU_TEST_FILTER select parts.
+# Every GPU check in one call, from a bundle (bash cmake/kflash-dev.sh bundle) on a machine with a
+# GPU, in this order (the later parts are the cheaper to lose when a lease runs short):
+#   tests     kflash_test_cuda, the whole suite
+#   bench     kflash-bench --backend Cuda [args] (default --full), device limits in the same run
+#   peers     PyTorch's equivalents of the bench's cases (torch_peers.py), then one table of both
+#   ncu       Nsight Compute on attention (D = 64, 128) and decode: occupancy, DRAM throughput,
+#             FMA pipe use, warp stall reasons
+#   sanitize  compute-sanitizer memcheck and racecheck over a reduced set of tests
+# Output goes to $KFLASH_GPU_OUT (default: out/ beside this script), at most 8 files: tests.log,
+# bench.log, bench/results.json, bench/summary.png, peers.log, torch_peers.json, ncu.log, sanitize.log.
+# KFLASH_GPU_PARTS chooses parts ("tests bench peers ncu sanitize" by default); each has a time limit
+# in seconds, KFLASH_GPU_<PART>_TIMEOUT. Exit status 1 when a test, the bench or a sanitizer fails.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${KFLASH_GPU_OUT:-$here/out}
+parts=" ${KFLASH_GPU_PARTS:-tests bench peers ncu sanitize} "
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 status=0
-if [ "${KFLASH_GPU_SKIP_TESTS:-0}" != 1 ]; then
-  timeout "${KFLASH_GPU_TEST_TIMEOUT:-300}" "$here/kflash_test_cuda" --gtest_brief=1 ${KFLASH_GPU_TEST_FILTER:+--gtest_filter=$KFLASH_GPU_TEST_FILTER} \
-      >"$out/tests.log" 2>&1 || status=1
-  grep -E "^\[  (PASSED|FAILED)|FAILED|tests? ran" "$out/tests.log" | head -40
+has() { [[ $parts == *" $1 "* ]]; }
+limit() { local v="KFLASH_GPU_${1}_TIMEOUT"; echo "${!v:-$2}"; }
+stamp() { printf '\n== %s (%s s since the start)\n' "$1" "$SECONDS"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,temperature.gpu --format=csv |
+  tee "$out/tests.log"
+
+if has tests; then
+  stamp tests
+  timeout "$(limit TESTS 240)" "$here/kflash_test_cuda" --gtest_brief=1 \
+      ${KFLASH_GPU_TEST_FILTER:+--gtest_filter=$KFLASH_GPU_TEST_FILTER} >>"$out/tests.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|tests? ran|Timeout" "$out/tests.log" | head -40
 fi
-if [ "${KFLASH_GPU_SKIP_BENCH:-0}" != 1 ]; then
+
+if has bench; then
+  stamp bench
   [ $# -gt 0 ] || set -- --full
-  timeout "${KFLASH_GPU_BENCH_TIMEOUT:-400}" "$here/kflash-bench" --backend Cuda --out "$out/bench" "$@" >"$out/bench.log" 2>"$out/bench.err" || status=1
-  sed -n '/^backend/,$p' "$out/bench.log"
-  tail -3 "$out/bench.err"
+  timeout "$(limit BENCH 300)" "$here/kflash-bench" --backend Cuda --out "$out/bench" "$@" >"$out/bench.log" 2>&1 || status=1
+  # The whole table is in bench.log; here the limits and the count (the peers' table gives the cases).
+  grep -E "^Cuda +limits" "$out/bench.log" | cut -c1-110
+  echo "$(grep -cE "^Cuda +[a-z_]+ .* kflash" "$out/bench.log") kflash cases in the table"
+  grep -E "ERROR|error" "$out/bench.log" | head -5
 fi
+
+if has peers; then
+  stamp "PyTorch peers"
+  PYTHONUNBUFFERED=1 timeout "$(limit PEERS 150)" python3 "$here/torch_peers.py" --out "$out" \
+      --kflash "$out/bench/results.json" >"$out/peers.log" 2>&1
+  sed -n '/peers timed/,$p' "$out/peers.log" | grep -v "^  refused" ; tail -3 "$out/peers.log" | grep -i error
+fi
+
+if has ncu && command -v ncu >/dev/null; then
+  stamp "ncu"
+  stalls=""
+  for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected \
+           lg_throttle no_instruction dispatch_stall membar branch_resolving selected; do
+    stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  metrics="sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  metrics+=",sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"
+  metrics+=",gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers"
+  metrics+=",launch__occupancy_limit_shared_mem,launch__block_size,launch__grid_size,sm__throughput.avg.pct_of_peak_sustained_elapsed"
+  metrics+=",smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct,$stalls"
+  : >"$out/ncu.log"
+  for c in 'attention/fp32/1x8x4096x64/kflash' 'attention/fp32/1x4x4096x128/kflash' \
+           'decode/fp32/1x8\(kv1\)x1x1048576x128/kflash'; do
+    for m in "$metrics" "${metrics%%,smsp__warps_issue_stalled*}"; do  # without the stall metrics if refused
+      echo "### $c" >>"$out/ncu.log"
+      timeout "$(limit NCU 90)" ncu --clock-control none --kernel-name-base demangled \
+          --kernel-name 'regex:TeamAttentionKernel|MergeKernel' --launch-skip 2 --launch-count 2 --csv \
+          --metrics "$m" "$here/kflash-bench" --backend Cuda --filter "$c" >"$out/ncu.part" 2>&1
+      cat "$out/ncu.part" >>"$out/ncu.log"
+      grep -qi "metric" "$out/ncu.part" && grep -q "==ERROR==" "$out/ncu.part" || break
+    done
+  done
+  rm -f "$out/ncu.part"
+  python3 - "$out/ncu.log" <<'EOF'
+import csv, sys, re
+case, rows = None, {}
+for line in open(sys.argv[1]):
+    if line.startswith("### "):
+        case = line[4:].strip(); continue
+    if not line.startswith('"'):
+        continue
+    r = next(csv.reader([line]))
+    if len(r) < 3 or r[0] == "ID":
+        continue
+    kernel = "merge" if "MergeKernel" in line else "attention"
+    rows.setdefault((case, r[0], kernel), {})[r[-3]] = r[-1]
+for (case, i, kernel), m in rows.items():
+    st = {k: float(v.replace(",", "")) for k, v in m.items() if "issue_stalled" in k and "per_issue_active" in k and v}
+    top = sorted(st.items(), key=lambda kv: -kv[1])[:3]
+    g = lambda k: m.get(k, "-")
+    print(f"{case} [{kernel} #{i}] time {g('gpu__time_duration.sum')} ns, block {g('launch__block_size')}, grid {g('launch__grid_size')}, "
+          f"regs {g('launch__registers_per_thread')}, occupancy {g('sm__warps_active.avg.pct_of_peak_sustained_active')} %, "
+          f"DRAM {g('dram__throughput.avg.pct_of_peak_sustained_elapsed')} %, FMA pipe {g('sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active')} %, "
+          f"stalls per issue: " + ", ".join(f"{re.sub('smsp__average_warps_issue_stalled_|_per_issue_active.ratio', '', k)} {v:.2f}" for k, v in top))
+EOF
+  grep -E "^==ERROR|==WARNING" "$out/ncu.log" | sort | uniq -c | head -5
+fi
+
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+  stamp "compute-sanitizer"
+  f=${KFLASH_GPU_SANITIZE_FILTER:-'*AttentionTest/0.HeadDims:*AttentionTest/1.HeadDims:*AttentionTest/0.DecodeHeadDims:*AttentionTest/0.ChunkedStaging:*AttentionOptionsTest/0.BlockMask:*AttentionSequencesTest/0.PagedDecodeAndPrefill:*SoftmaxTest/0.DeviceRowSchedulesByChunks:*SoftmaxTest/0.LayoutStride:*CrossEntropyTest/0.LayoutRight'}
+  : >"$out/sanitize.log"
+  for tool in memcheck racecheck; do
+    echo "### $tool" >>"$out/sanitize.log"
+    timeout "$(limit SANITIZE 120)" compute-sanitizer --tool $tool --error-exitcode 3 "$here/kflash_test_cuda" \
+        --gtest_brief=1 --gtest_filter="$f" >>"$out/sanitize.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || [ $rc -eq 124 ] || status=1
+    echo "$tool: exit $rc$([ $rc -eq 124 ] && echo ' (time limit)'); $(grep -cE '^========= (Invalid|Race|Error)' "$out/sanitize.log") findings so far; $(grep -E 'tests? ran' "$out/sanitize.log" | tail -1)"
+  done
+  grep -E "^========= (Invalid|Race|Error|ERROR)" "$out/sanitize.log" | sort | uniq -c | head -10
+fi
+stamp "done, status $status"
 exit $status
