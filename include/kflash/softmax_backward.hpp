@@ -10,12 +10,6 @@
 namespace kflash {
 namespace impl {
 
-template <class A, class B>
-constexpr void static_check_same_type() {
-  static_assert(std::is_same<std::remove_cv_t<typename A::value_type>, std::remove_cv_t<typename B::value_type>>::value,
-                "kflash: every View of a call must have the same value type");
-}
-
 /// softmax_backward and log_softmax_backward: dx from the forward's output y and the upstream dy.
 template <RowGrad Op, class ExecSpace, class YView, class DYView, class DXView>
 void softmax_rows_backward(const ExecSpace& exec, const YView& y, const DYView& dy, const DXView& dx) {
@@ -24,7 +18,7 @@ void softmax_rows_backward(const ExecSpace& exec, const YView& y, const DYView& 
   static_check_view<ExecSpace, DXView, true>();
   static_check_same_type<YView, DYView>();
   static_check_same_type<YView, DXView>();
-  const char* fn = Op == RowGrad::softmax ? "softmax_backward" : "log_softmax_backward";
+  const char* fn = row_grad_name(Op);
   const CallScope<ExecSpace> call(fn);
   require_rank(fn, "y", y, 1, 2);
   require_same_shape(fn, "y", y, "dy", dy);
@@ -70,7 +64,7 @@ void logsumexp_backward(const ExecSpace& exec, const XView& x, const LseView& ls
   static_check_same_type<XView, DLseView>();
   static_check_same_type<XView, DXView>();
   constexpr int xr = view_rank<XView>;
-  const char* fn = "logsumexp_backward";
+  const char* fn = row_grad_name(RowGrad::logsumexp);
   const CallScope<ExecSpace> call(fn);
   require_rank(fn, "x", x, 1, 2);
   if (view_rank<LseView> != xr - 1 || (xr == 2 && lse.extent(0) != x.extent(0))) {

@@ -176,4 +176,11 @@ constexpr void static_check_view() {
                 "kflash: View memory space is not accessible from the execution space");
 }
 
+/// Compile-time check that two View arguments of a call have the same value type.
+template <class A, class B>
+constexpr void static_check_same_type() {
+  static_assert(std::is_same<std::remove_cv_t<typename A::value_type>, std::remove_cv_t<typename B::value_type>>::value,
+                "kflash: every View of a call must have the same value type");
+}
+
 }  // namespace kflash::impl
