@@ -1,8 +1,9 @@
-// kflash::softmax_backward, log_softmax_backward and logsumexp_backward on TEST_EXECSPACE against
-// a long-double reference computed from the same inputs.
+// The row operations' gradients on TEST_EXECSPACE (softmax_backward, log_softmax_backward,
+// logsumexp_backward, cross_entropy_backward) against a long-double reference computed from the
+// same inputs.
 #pragma once
 
-#include <TestCommon.hpp>
+#include <CrossEntropyCommon.hpp>
 
 namespace kflash_test {
 
@@ -243,6 +244,174 @@ TYPED_TEST(SoftmaxBackwardTest, BadInputThrows) {
                  {"'dlse (3)' must have the shape of 'lse (4)'"});
   expect_invalid([&] { kflash::logsumexp_backward(Exec(), y, lse, dlse, wide); }, {"'dx (4, 7)'", "'x (4, 6)'"});
   EXPECT_NO_THROW(kflash::logsumexp_backward(Exec(), y, lse, dlse, y));  // in place over x
+}
+
+/// Cross-entropy's gradient of one row in long double (GUIDE §8), dloss g: g ((1 + 2 z lse) p_c -
+/// eps / C - (1 - eps) [c = t]); 0 for an ignored row, NaN where lse is not finite. The magnitude of
+/// each element: its terms' sizes, p_c's scaled by 1 + |x_c| + |lse| (exp's argument is their
+/// difference).
+template <class T>
+RefGrad reference_ce_grad(const T* x, std::size_t cols, std::int64_t t, ld g, const kflash::CrossEntropyOptions& o) {
+  RefGrad out;
+  const RefRow row = reference_row(x, cols);
+  const ld lse = row.lse(), eps_s = ld(o.label_smoothing), z = ld(o.z_loss);
+  for (std::size_t c = 0; c < cols; ++c) {
+    if (t == o.ignore_index) {
+      out.dx.push_back(0);
+      out.magnitude.push_back(0);
+      continue;
+    }
+    if (!std::isfinite(lse)) {
+      out.dx.push_back(nan<ld>);
+      out.magnitude.push_back(0);
+      continue;
+    }
+    const ld p = std::exp(ld(x[c]) - lse), w = g * (1 + 2 * z * lse);
+    const ld hit = std::int64_t(c) == t ? g * (1 - eps_s) : 0;
+    out.dx.push_back(w * p - g * eps_s / ld(cols) - hit);
+    out.magnitude.push_back(std::fabs(w) * p * (1 + (std::isfinite(ld(x[c])) ? std::fabs(ld(x[c])) : 0) + std::fabs(lse)) +
+                            std::fabs(g) * eps_s / ld(cols) + std::fabs(hit));
+  }
+  return out;
+}
+
+/// cross_entropy_backward on rows x cols of layout L: dlogits apart and in place over the logits,
+/// each with and without the forward's lse, checked element by element against the reference.
+template <class T, class L>
+void check_ce_grads(std::size_t rows, std::size_t cols, const std::vector<T>& x_host,
+                    const std::vector<std::int64_t>& targets, const std::vector<T>& dloss_host,
+                    const kflash::CrossEntropyOptions& o, const std::string& where) {
+  std::vector<RefGrad> ref;
+  std::vector<T> lse_host(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    ref.push_back(reference_ce_grad(x_host.data() + r * cols, cols, targets[r], dloss_host[r], o));
+    lse_host[r] = T(reference_row(x_host.data() + r * cols, cols).lse());
+  }
+  const auto t = make_vector<std::int64_t, Exec>(targets);
+  const auto dloss = make_vector<T, Exec>(dloss_host);
+  const auto lse = make_vector<T, Exec>(lse_host);
+  for (bool in_place : {false, true}) {
+    for (bool with_lse : {false, true}) {
+      const auto x = make_matrix<T, L, Exec>(rows, cols, x_host);
+      const auto dx = in_place ? x : make_matrix<T, L, Exec>(rows, cols, std::vector<T>(rows * cols, T(7)));
+      if (with_lse) kflash::cross_entropy_backward(Exec(), x, t, dloss, dx, o, lse);
+      else kflash::cross_entropy_backward(Exec(), x, t, dloss, dx, o);
+      expect_grad_rows<T>(ref, to_host_row_major(dx), cols,
+                          where + (in_place ? " in place" : "") + (with_lse ? " with lse" : ""));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+template <class T>
+struct CrossEntropyBackwardTest : ::testing::Test {};
+TYPED_TEST_SUITE(CrossEntropyBackwardTest, Scalars);
+
+TYPED_TEST(CrossEntropyBackwardTest, OptionsAndLayouts) {
+  using T = TypeParam;
+  kflash::CrossEntropyOptions smooth, zl, both;
+  smooth.label_smoothing = 1;
+  zl.z_loss = 1e-3;
+  both.label_smoothing = 0.25;
+  both.z_loss = 0.5;
+  both.ignore_index = 3;
+  unsigned seed = 900;
+  for (std::size_t cols : {std::size_t(1), std::size_t(9), std::size_t(1000), std::size_t(70001)}) {
+    const std::size_t rows = cols > 1000 ? 3 : 11;
+    for (const kflash::CrossEntropyOptions& o : {both, kflash::CrossEntropyOptions{}, smooth, zl}) {
+      const std::vector<T> x = normal_values<T>(rows * cols, ++seed, 4.0);
+      std::vector<std::int64_t> t = random_targets(rows, cols, ++seed, 4, o.ignore_index);
+      const std::vector<T> g = normal_values<T>(rows, ++seed);
+      const std::string where = std::to_string(rows) + "x" + std::to_string(cols) + " eps " +
+                                std::to_string(o.label_smoothing) + " z " + std::to_string(o.z_loss);
+      check_ce_grads<T, Kokkos::LayoutRight>(rows, cols, x, t, g, o, where + " right");
+      if (::testing::Test::HasFatalFailure() || cols > 1000) return;  // a long row: one layout (time)
+      check_ce_grads<T, Kokkos::LayoutLeft>(rows, cols, x, t, g, o, where + " left");
+      if (::testing::Test::HasFatalFailure()) return;
+      check_ce_grads<T, Kokkos::LayoutStride>(rows, cols, x, t, g, o, where + " strided");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TYPED_TEST(CrossEntropyBackwardTest, ReferenceMatchesFiniteDifferences) {
+  // The reference gradient against central differences of the reference loss (long double) on a
+  // row of doubles, for each option: the reference the other tests trust is itself checked.
+  (void)sizeof(TypeParam);
+  const std::size_t cols = 13;
+  const std::vector<double> x = normal_values<double>(cols, 931, 2.0);
+  kflash::CrossEntropyOptions o;
+  for (double eps_s : {0.0, 0.3}) {
+    for (double z : {0.0, 0.2}) {
+      o.label_smoothing = eps_s;
+      o.z_loss = z;
+      const RefGrad grad = reference_ce_grad(x.data(), cols, 5, ld(1.5), o);
+      for (std::size_t c = 0; c < cols; ++c) {
+        const double h = 1e-4;
+        std::vector<double> up = x, down = x;
+        up[c] += h;
+        down[c] -= h;
+        const ld fd = 1.5L * (reference_loss(up.data(), cols, 5, o) - reference_loss(down.data(), cols, 5, o)) /
+                      (ld(up[c]) - ld(down[c]));
+        EXPECT_NEAR(double(grad.dx[c]), double(fd), 1e-7) << "eps " << eps_s << " z " << z << " col " << c;
+      }
+    }
+  }
+}
+
+TYPED_TEST(CrossEntropyBackwardTest, SpecialValues) {
+  // Rows: a masked (-inf) class, a -inf target logit, NaN, +inf, only -inf, an ignored row of NaN,
+  // a NaN dloss. Masked classes get exactly -eps/C g; rows whose loss is NaN or +inf get NaN.
+  using T = TypeParam;
+  const std::size_t cols = 4;
+  const T ninf = -inf<T>;
+  const std::vector<T> x = {1, ninf, 2, 3,  1, 2, ninf, 3,  1, nan<T>, 2, 3,  1, inf<T>, 2, 3,
+                            ninf, ninf, ninf, ninf,  nan<T>, nan<T>, 1, 2,  1, 2, 3, 4};
+  const std::vector<std::int64_t> t = {0, 2, 0, 0, 1, -100, 3};
+  const std::vector<T> g = {1, 2, 1, 1, 1, 1, nan<T>};
+  kflash::CrossEntropyOptions o;
+  o.label_smoothing = 0.2;
+  check_ce_grads<T, Kokkos::LayoutRight>(7, cols, x, t, g, o, "special");
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto xv = make_matrix<T, Kokkos::LayoutRight, Exec>(7, cols, x);
+  Kokkos::View<T**, Kokkos::LayoutRight, Mem> dx("dx", 7, cols);
+  kflash::cross_entropy_backward(Exec(), xv, make_vector<std::int64_t, Exec>(t), make_vector<T, Exec>(g), dx, o);
+  const auto got = to_host_row_major(dx);
+  EXPECT_EQ(got[1], -T(0.2) / T(4)) << "a masked class";
+  EXPECT_EQ(got[4 + 2], T(2) * (-T(0.2) / T(4)) - T(2) * T(0.8)) << "a -inf target logit";
+  for (std::size_t i = 8; i < 20; ++i) EXPECT_TRUE(std::isnan(got[i])) << "row " << i / cols << " col " << i % cols;
+  for (std::size_t i = 20; i < 24; ++i) EXPECT_EQ(got[i], T(0)) << "ignored row, col " << i % cols;
+  for (std::size_t i = 24; i < 28; ++i) EXPECT_TRUE(std::isnan(got[i])) << "NaN dloss, col " << i % cols;
+}
+
+TYPED_TEST(CrossEntropyBackwardTest, BadInputThrowsAndWritesNothing) {
+  using T = TypeParam;
+  Kokkos::View<T**, Mem> x("x", 4, 6), dx("dx", 4, 6), wide("wide", 4, 7);
+  Kokkos::View<T*, Mem> dloss("dloss", 4), lse("lse", 4), short_v("short", 3);
+  const auto t = make_vector<std::int64_t, Exec>({0, 1, 6, 2});
+  Kokkos::deep_copy(dx, T(7));
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, t, dloss, dx); },
+                 {"kflash::cross_entropy_backward", "targets(2) = 6 is outside [0, 6)", "nothing was written"});
+  const auto dx_host = to_host_row_major(dx);
+  for (std::size_t i = 0; i < dx_host.size(); ++i) ASSERT_EQ(dx_host[i], T(7)) << "element " << i << " was written";
+  const auto ok = make_vector<std::int64_t, Exec>({0, 1, -100, 2});
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, ok, dloss, wide); },
+                 {"'dlogits (4, 7)'", "'logits (4, 6)'"});
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, ok, short_v, dx); },
+                 {"'dloss (3)' must have one element per row of 'logits (4, 6)'"});
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, ok, dloss, dx, {}, short_v); },
+                 {"'lse (3)' must have one element per row"});
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, ok, dloss, dx, {}, Kokkos::subview(dx, 0, Kokkos::ALL)); },
+                 {"'lse (6)'"});
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, make_vector<std::int64_t, Exec>({0, 1, 2}), dloss, dx); },
+                 {"'targets (3)' must have one target per row"});
+  const auto shifted = Kokkos::subview(wide, Kokkos::ALL, std::make_pair(1, 7));
+  const auto first = Kokkos::subview(wide, Kokkos::ALL, std::make_pair(0, 6));
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), first, ok, dloss, shifted); }, {"overlaps", "same View"});
+  kflash::CrossEntropyOptions bad;
+  bad.label_smoothing = 1.5;
+  expect_invalid([&] { kflash::cross_entropy_backward(Exec(), x, ok, dloss, dx, bad); }, {"label_smoothing"});
+  EXPECT_NO_THROW(kflash::cross_entropy_backward(x, ok, dloss, x));  // in place, the default space
 }
 
 }  // namespace kflash_test

@@ -23,33 +23,31 @@ struct CrossEntropyOptions {
 
 namespace impl {
 
-template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
-void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, const LossView& loss,
-                         const CrossEntropyOptions& options) {
+/// Throws unless `view` (rank 1) has one element per row of logits (rank 2).
+template <class View, class LogitsView>
+void require_one_per_row(const char* fn, const char* name, const View& view, const LogitsView& logits,
+                         const char* what) {
+  require_rank(fn, name, view, 1, 1);
+  if constexpr (view_rank<LogitsView> == 2 && view_rank<View> == 1) {
+    if (view.extent(0) != logits.extent(0))
+      throw_invalid_argument(fn, "argument '" + describe(name, view) + "' must have " + what + " per row of '" +
+                                     describe("logits", logits) + "'");
+  }
+}
+
+/// The checks cross_entropy and cross_entropy_backward share: logits of rank 2, a View of integer
+/// targets with one per row, and valid options.
+template <class ExecSpace, class LogitsView, class TargetsView>
+void check_logits_and_targets(const char* fn, const LogitsView& logits, const TargetsView& targets,
+                              const CrossEntropyOptions& options) {
   static_check_view<ExecSpace, LogitsView, false>();
-  static_check_view<ExecSpace, LossView, true>();
   static_assert(Kokkos::is_view<TargetsView>::value, "kflash: arguments must be Kokkos::View");
   static_assert(std::is_integral<std::remove_cv_t<typename TargetsView::value_type>>::value,
                 "kflash::cross_entropy: targets must be a View of an integer type");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename TargetsView::memory_space>::accessible,
                 "kflash: View memory space is not accessible from the execution space");
-  static_assert(std::is_same<std::remove_cv_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
-                "kflash::cross_entropy: logits and loss must have the same value type");
-  const char* fn = "cross_entropy";
-  const CallScope<ExecSpace> call(fn);
   require_rank(fn, "logits", logits, 2, 2);
-  require_disjoint(fn, "loss", loss, "logits", logits);
-  require_disjoint(fn, "loss", loss, "targets", targets);
-  require_rank(fn, "targets", targets, 1, 1);
-  require_rank(fn, "loss", loss, 1, 1);
-  if constexpr (view_rank<LogitsView> == 2 && view_rank<TargetsView> == 1 && view_rank<LossView> == 1) {
-    if (targets.extent(0) != logits.extent(0))
-      throw_invalid_argument(fn, "argument '" + describe("targets", targets) + "' must have one target per row of '" +
-                                     describe("logits", logits) + "'");
-    if (loss.extent(0) != logits.extent(0))
-      throw_invalid_argument(fn, "argument '" + describe("loss", loss) + "' must have one element per row of '" +
-                                     describe("logits", logits) + "'");
-  }
+  require_one_per_row(fn, "targets", targets, logits, "one target");
   if (!(options.label_smoothing >= 0 && options.label_smoothing <= 1))
     throw_invalid_argument(fn, "options.label_smoothing = " + std::to_string(options.label_smoothing) +
                                    " is outside [0, 1]");
@@ -58,16 +56,31 @@ void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, c
                                    " must be finite and >= 0");
 }
 
+template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
+void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, const LossView& loss,
+                         const CrossEntropyOptions& options) {
+  static_check_view<ExecSpace, LossView, true>();
+  static_assert(std::is_same<std::remove_cv_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
+                "kflash::cross_entropy: logits and loss must have the same value type");
+  const char* fn = "cross_entropy";
+  const CallScope<ExecSpace> call(fn);
+  require_disjoint(fn, "loss", loss, "logits", logits);
+  require_disjoint(fn, "loss", loss, "targets", targets);
+  check_logits_and_targets<ExecSpace>(fn, logits, targets, options);
+  require_one_per_row(fn, "loss", loss, logits, "one element");
+}
+
 /// Throws unless the loss phase whose totals are `total`, over `rows` rows of a vocabulary of `vocab`
 /// classes (`vocab_is` says where that size comes from), found every target in range or ignored.
 inline void require_targets_in(const LossTotal& total, index_t rows, index_t vocab, const std::string& vocab_is,
-                               std::int64_t ignore_index) {
+                               std::int64_t ignore_index, const char* fn = "cross_entropy",
+                               const char* consequence = "its loss is NaN") {
   if (total.bad_row >= rows) return;
-  throw_invalid_argument("cross_entropy", "targets(" + std::to_string(total.bad_row) + ") = " +
+  throw_invalid_argument(fn, "targets(" + std::to_string(total.bad_row) + ") = " +
                                               std::to_string(total.bad_target) + " is outside [0, " +
                                               std::to_string(vocab) + ") (the vocabulary: " + vocab_is +
                                               ") and is not ignore_index (" + std::to_string(ignore_index) +
-                                              "); its loss is NaN");
+                                              "); " + consequence);
 }
 
 /// Runs the loss over the rows, then refuses a target outside the vocabulary (after the kernels:

@@ -5,6 +5,7 @@
 #include <kflash/attention_state.hpp>
 #include <kflash/attention_stream.hpp>
 #include <kflash/cross_entropy.hpp>
+#include <kflash/cross_entropy_backward.hpp>
 #include <kflash/softmax.hpp>
 #include <kflash/softmax_backward.hpp>
 #include <kflash/softmax_state.hpp>

@@ -136,4 +136,88 @@ LossTotal run_cross_entropy_loss(const ExecSpace& exec, const Workspace& ws, con
   return total;
 }
 
+/// Finds the first row whose target is outside [0, cols) and is not ignore_index (the gradient
+/// checks its targets before it writes anything).
+template <class Targets>
+struct TargetCheck {
+  Targets targets;
+  index_t cols;
+  std::int64_t ignore_index;
+
+  KOKKOS_INLINE_FUNCTION void operator()(index_t r, LossTotal& total) const {
+    const std::int64_t t = std::int64_t(targets(r));
+    if (t != ignore_index && (t < 0 || t >= cols) && r < total.bad_row) {
+      total.bad_row = r;
+      total.bad_target = t;
+    }
+  }
+};
+
+template <class ExecSpace, class Targets>
+LossTotal check_targets(const ExecSpace& exec, const Targets& targets, index_t cols, std::int64_t ignore_index,
+                        const std::string& label) {
+  LossTotal total = LossTotal::identity();
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(exec, 0, targets.extent(0)),
+                          TargetCheck<Targets>{targets, cols, ignore_index}, MergeOf<LossTotal, Kokkos::HostSpace>(total));
+  return total;
+}
+
+/// Row r's lse from the statistics phase: its chunks' states merged.
+template <class Workspace>
+struct LseOfStats {
+  Workspace ws;
+  KOKKOS_INLINE_FUNCTION auto operator()(index_t r) const {
+    auto s = ws(r, 0).state;
+    for (index_t j = 1; j < index_t(ws.extent(1)); ++j) s.merge(ws(r, j).state);
+    return s.logsumexp();
+  }
+};
+
+/// Row r's lse as the caller gave it (a rank-1 View).
+template <class View>
+struct LseGiven {
+  View v;
+  KOKKOS_INLINE_FUNCTION auto operator()(index_t r) const { return v(r); }
+};
+
+/// The gradient phase: dx(r, c) = CrossEntropyGrad of x(r, c) for each row or chunk of a row (a team
+/// per item), 0 in ignored rows. dx may be x's View: each element is read before it is written, by
+/// the same thread.
+template <class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
+struct CrossEntropyGradKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+
+  XRows x;
+  Targets targets;
+  DLoss dloss;
+  RowLse lse;
+  DXRows dx;
+  RowPlan plan;
+  std::int64_t ignore_index;
+  LossTerms terms;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const RowChunk rc(plan, team.league_rank());
+    const std::int64_t t = std::int64_t(targets(rc.r));
+    if (t == ignore_index) {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rc.begin, rc.end), [&](index_t c) { dx(rc.r, c) = T(0); });
+      return;
+    }
+    const CrossEntropyGrad<T> grad(T(lse(rc.r)), T(dloss(rc.r)), plan.cols, terms);
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rc.begin, rc.end),
+                         [&](index_t c) { dx(rc.r, c) = grad(T(x(rc.r, c)), c == t); });
+  }
+};
+
+template <class Traits, class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
+void run_cross_entropy_grad(const ExecSpace& exec, const XRows& x, const Targets& targets, const DLoss& dloss,
+                            const RowLse& lse, const DXRows& dx, const RowPlan& plan, std::int64_t ignore_index,
+                            const LossTerms& terms, const std::string& label) {
+  using Kernel = CrossEntropyGradKernel<ExecSpace, XRows, Targets, DLoss, RowLse, DXRows>;
+  Kokkos::parallel_for(
+      label, Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * plan.chunks), Traits::row_team_size, Traits::vector_length),
+      Kernel{x, targets, dloss, lse, dx, plan, ignore_index, terms});
+}
+
 }  // namespace kflash::impl

@@ -7,7 +7,9 @@
 #include <kflash/impl/schedule/cross_entropy.hpp>
 #include <kflash/impl/workspace.hpp>
 
+#include <cstddef>
 #include <string>
+#include <type_traits>
 
 namespace kflash::impl {
 
@@ -45,6 +47,42 @@ LossTotal cross_entropy_rows(const ExecSpace& exec, const XView& x, const Target
   const Workspace ws(scratch.template at<LogitStats<T>>(0), plan.rows, plan.chunks);
   dispatch_logit_stats(exec, rows, targets, ws, plan, 0, label + " stats");
   return run_cross_entropy_loss(exec, ws, targets, loss, plan.cols, ignore_index, terms, label + " loss");
+}
+
+/// The gradient of the cross-entropy of every row of logits x (rows, vocabulary) into dx, after
+/// check_targets found every target valid (else nothing is written and its totals say which row):
+/// each row's lse from the caller's View, or (lse = nullptr) from the statistics phase into a
+/// workspace, then the gradient phase (fenced: the workspace must outlive it). Returns the
+/// targets' check.
+template <class ExecSpace, class XView, class TargetsView, class DLossView, class DXView, class LseView>
+LossTotal cross_entropy_backward_rows(const ExecSpace& exec, const XView& x, const TargetsView& targets,
+                                      const DLossView& dloss, const DXView& dx, const LseView& lse,
+                                      std::int64_t ignore_index, const LossTerms& terms) {
+  using T = std::remove_cv_t<typename XView::value_type>;
+  using Traits = ScheduleTraits<ExecSpace>;
+  using memory_space = typename ExecSpace::memory_space;
+  const Rows<XView> rows{x};
+  const std::string label = "kflash::cross_entropy_backward";
+  const LossTotal check = check_targets(exec, targets, rows.cols(), ignore_index, label + " targets");
+  if (check.bad_row < rows.rows()) return check;
+  const RowPlan plan = plan_rows<T, Traits>(exec, rows.rows(), rows.cols());
+  if (plan.rows == 0 || plan.cols == 0) return check;
+  const auto gradient = [&](const auto& row_lse) {
+    run_cross_entropy_grad<Traits>(exec, rows, targets, dloss, row_lse, Rows<DXView>{dx}, plan, ignore_index, terms,
+                                   label);
+  };
+  if constexpr (std::is_null_pointer<LseView>::value) {
+    using Workspace = Kokkos::View<LogitStats<T>**, memory_space, Kokkos::MemoryUnmanaged>;
+    const CachedWorkspace<memory_space> scratch(
+        exec, sizeof(LogitStats<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
+    const Workspace ws(scratch.template at<LogitStats<T>>(0), plan.rows, plan.chunks);
+    dispatch_logit_stats(exec, rows, targets, ws, plan, 0, label + " stats");
+    gradient(LseOfStats<Workspace>{ws});
+    exec.fence();  // the workspace must outlive the kernels
+  } else {
+    gradient(LseGiven<LseView>{lse});
+  }
+  return check;
 }
 
 }  // namespace kflash::impl

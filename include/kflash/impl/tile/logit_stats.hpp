@@ -94,4 +94,25 @@ KOKKOS_INLINE_FUNCTION double cross_entropy_loss(const LogitStats<T>& s, index_t
   return loss;
 }
 
+/// The per-row factors of cross-entropy's gradient (GUIDE §8): with p_c = exp(x_c - lse),
+///   dloss/dx_c = g ((1 + 2 z lse) p_c - eps / cols - (1 - eps) [c = t])
+/// for the row's upstream gradient g. A row whose lse is not finite (NaN or +inf in the row, or only
+/// -inf, where the loss is NaN or +inf) gets NaN, never a finite gradient.
+template <class T>
+struct CrossEntropyGrad {
+  T lse, weight, smooth, hit;  // lse; g (1 + 2 z lse); g eps / cols; g (1 - eps)
+
+  KOKKOS_INLINE_FUNCTION CrossEntropyGrad(T lse_, T g, index_t cols, const LossTerms& terms) : lse(lse_) {
+    const T eps = T(terms.label_smoothing);
+    weight = is_finite(lse) ? g * (T(1) + T(2 * terms.z_loss) * lse) : quiet_nan<T>();
+    smooth = g * (eps / T(cols));
+    hit = g * (T(1) - eps);
+  }
+  /// The gradient of logit x of the row's column c, target saying whether c is the row's target.
+  KOKKOS_INLINE_FUNCTION T operator()(T x, bool target) const {
+    const T d = weight * exp(x - lse) - smooth;
+    return target ? d - hit : d;
+  }
+};
+
 }  // namespace kflash::impl
