@@ -133,6 +133,43 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
   });
 }
 
+/// The row gradients: a and b are y and dy (softmax, log_softmax), or x and nothing (logsumexp, whose
+/// lse and dlse are one value per row).
+template <kflash::impl::RowGrad Op, class T>
+kflash_status row_grad_call(const char* function, kflash_memory memory, std::int64_t rows, std::int64_t cols,
+                            const T* a, std::int64_t a_row_stride, const T* b, std::int64_t b_row_stride,
+                            const T* lse, const T* dlse, T* dx, std::int64_t dx_row_stride) {
+  constexpr bool by_lse = Op == kflash::impl::RowGrad::logsumexp;
+  return guarded(function, [&] {
+    check_memory(function, memory);
+    check_extents(function, rows, cols);
+    check_rows(function, by_lse ? "x" : "y", a, rows, cols, a_row_stride);
+    if constexpr (by_lse) {
+      if ((lse == nullptr || dlse == nullptr) && rows > 0)
+        fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+             std::string(lse == nullptr ? "lse" : "dlse") + " is NULL (" + extents(rows, cols) + ")");
+    } else {
+      check_rows(function, "dy", b, rows, cols, b_row_stride);
+    }
+    check_rows(function, "dx", dx, rows, cols, dx_row_stride);
+    if (rows == 0 || cols == 0) return;
+    on_memory(function, memory, [&](const auto& exec) {
+      using Exec = std::decay_t<decltype(exec)>;
+      using Vector = Kokkos::View<const T*, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      const auto av = rows_view<Exec>(a, rows, cols, a_row_stride);
+      const auto dxv = rows_view<Exec>(dx, rows, cols, dx_row_stride);
+      if constexpr (by_lse) {
+        kflash::logsumexp_backward(exec, av, Vector(lse, std::size_t(rows)), Vector(dlse, std::size_t(rows)), dxv);
+      } else if constexpr (Op == kflash::impl::RowGrad::softmax) {
+        kflash::softmax_backward(exec, av, rows_view<Exec>(b, rows, cols, b_row_stride), dxv);
+      } else {
+        kflash::log_softmax_backward(exec, av, rows_view<Exec>(b, rows, cols, b_row_stride), dxv);
+      }
+      exec.fence();
+    });
+  });
+}
+
 /// The caller's options (the fields its struct_size covers; later fields keep their defaults).
 kflash_attention_options known_options(const char* function, const kflash_attention_options* given) {
   kflash_attention_options o;
@@ -289,6 +326,33 @@ int kflash_has_device(void) { return KFLASH_HAS_CUDA; }
 KFLASH_IMPL_ROW_CALLS(f32, float)
 KFLASH_IMPL_ROW_CALLS(f64, double)
 #undef KFLASH_IMPL_ROW_CALLS
+
+#define KFLASH_IMPL_ROW_GRAD_CALLS(suffix, T)                                                                          \
+  kflash_status kflash_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* y,         \
+                                                 int64_t y_row_stride, const T* dy, int64_t dy_row_stride, T* dx,      \
+                                                 int64_t dx_row_stride) {                                              \
+    return row_grad_call<kflash::impl::RowGrad::softmax, T>("kflash_softmax_backward_" #suffix, memory, rows, cols, y, \
+                                                         y_row_stride, dy, dy_row_stride, nullptr, nullptr, dx,        \
+                                                         dx_row_stride);                                               \
+  }                                                                                                                    \
+  kflash_status kflash_log_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* y,     \
+                                                     int64_t y_row_stride, const T* dy, int64_t dy_row_stride,         \
+                                                     T* dx, int64_t dx_row_stride) {                                   \
+    return row_grad_call<kflash::impl::RowGrad::log_softmax, T>("kflash_log_softmax_backward_" #suffix, memory, rows,  \
+                                                             cols, y, y_row_stride, dy, dy_row_stride, nullptr,        \
+                                                             nullptr, dx, dx_row_stride);                              \
+  }                                                                                                                    \
+  kflash_status kflash_logsumexp_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* x,       \
+                                                   int64_t x_row_stride, const T* lse, const T* dlse, T* dx,           \
+                                                   int64_t dx_row_stride) {                                            \
+    return row_grad_call<kflash::impl::RowGrad::logsumexp, T>("kflash_logsumexp_backward_" #suffix, memory, rows,      \
+                                                           cols, x, x_row_stride, nullptr, 0, lse, dlse, dx,           \
+                                                           dx_row_stride);                                             \
+  }
+
+KFLASH_IMPL_ROW_GRAD_CALLS(f32, float)
+KFLASH_IMPL_ROW_GRAD_CALLS(f64, double)
+#undef KFLASH_IMPL_ROW_GRAD_CALLS
 
 void kflash_attention_options_init(kflash_attention_options* options) {
   if (options == nullptr) return;

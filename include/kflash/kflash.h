@@ -1,5 +1,5 @@
 /* kflash's C interface (C99): softmax, log_softmax and logsumexp of rows held in plain arrays, and
- * attention and its merge on arrays described by kflash_array.
+ * their gradients; attention and its merge on arrays described by kflash_array.
  *
  * Rows: row r of x starts at x + r * x_row_stride and holds `cols` contiguous elements (strides
  * in elements, at least cols when there are two rows or more). A C array x[rows][cols] has
@@ -70,6 +70,29 @@ kflash_status kflash_logsumexp_f32(kflash_memory memory, int64_t rows, int64_t c
                                    int64_t x_row_stride, float* out);
 kflash_status kflash_logsumexp_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* x,
                                    int64_t x_row_stride, double* out);
+
+/* The gradients (rows as above): dx from softmax's or log_softmax's output y and the upstream dy
+ * (dx may be dy, with the same stride: in place); logsumexp's from x, lse[rows] as the forward wrote
+ * it and the upstream dlse[rows] (dx may be x). As the C++ softmax_backward, log_softmax_backward and
+ * logsumexp_backward. */
+kflash_status kflash_softmax_backward_f32(kflash_memory memory, int64_t rows, int64_t cols, const float* y,
+                                          int64_t y_row_stride, const float* dy, int64_t dy_row_stride, float* dx,
+                                          int64_t dx_row_stride);
+kflash_status kflash_softmax_backward_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* y,
+                                          int64_t y_row_stride, const double* dy, int64_t dy_row_stride, double* dx,
+                                          int64_t dx_row_stride);
+kflash_status kflash_log_softmax_backward_f32(kflash_memory memory, int64_t rows, int64_t cols, const float* y,
+                                              int64_t y_row_stride, const float* dy, int64_t dy_row_stride,
+                                              float* dx, int64_t dx_row_stride);
+kflash_status kflash_log_softmax_backward_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* y,
+                                              int64_t y_row_stride, const double* dy, int64_t dy_row_stride,
+                                              double* dx, int64_t dx_row_stride);
+kflash_status kflash_logsumexp_backward_f32(kflash_memory memory, int64_t rows, int64_t cols, const float* x,
+                                            int64_t x_row_stride, const float* lse, const float* dlse, float* dx,
+                                            int64_t dx_row_stride);
+kflash_status kflash_logsumexp_backward_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* x,
+                                            int64_t x_row_stride, const double* lse, const double* dlse, double* dx,
+                                            int64_t dx_row_stride);
 
 /* ---- Attention ------------------------------------------------------------------------------------
  * Arrays are described as DLPack does: data, element type, rank, extents and strides (in elements;

@@ -12,6 +12,7 @@ module kflash
 
   public :: kflash_initialize, kflash_finalize, kflash_version, kflash_backends
   public :: kflash_softmax, kflash_log_softmax, kflash_logsumexp, kflash_attention, kflash_merge_attention
+  public :: kflash_softmax_backward, kflash_log_softmax_backward, kflash_logsumexp_backward
   public :: kflash_attention_options
   public :: KFLASH_SCHEDULE_AUTOMATIC, KFLASH_SCHEDULE_PREFILL, KFLASH_SCHEDULE_SPLIT_KV
 
@@ -39,6 +40,17 @@ module kflash
   end interface
   interface kflash_logsumexp
     module procedure logsumexp_r4_1, logsumexp_r4_2, logsumexp_r8_1, logsumexp_r8_2
+  end interface
+  interface kflash_softmax_backward
+    module procedure softmax_backward_r4_1, softmax_backward_r4_2, softmax_backward_r8_1, softmax_backward_r8_2
+  end interface
+  interface kflash_log_softmax_backward
+    module procedure log_softmax_backward_r4_1, log_softmax_backward_r4_2, log_softmax_backward_r8_1, &
+                     log_softmax_backward_r8_2
+  end interface
+  interface kflash_logsumexp_backward
+    module procedure logsumexp_backward_r4_1, logsumexp_backward_r4_2, logsumexp_backward_r8_1, &
+                     logsumexp_backward_r8_2
   end interface
   interface kflash_attention
     module procedure attention_r4, attention_r8
@@ -141,6 +153,52 @@ module kflash
       integer(c_int), value :: memory
       integer(c_int64_t), value :: rows, cols, xs
       type(c_ptr), value :: x, out
+    end function
+  end interface
+
+  ! The C functions of the row gradients, by operation and dtype.
+  interface
+    integer(c_int) function c_softmax_backward_f32(memory, rows, cols, y, ys, dy, dys, dx, dxs) &
+        bind(c, name="kflash_softmax_backward_f32")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, ys, dys, dxs
+      type(c_ptr), value :: y, dy, dx
+    end function
+    integer(c_int) function c_softmax_backward_f64(memory, rows, cols, y, ys, dy, dys, dx, dxs) &
+        bind(c, name="kflash_softmax_backward_f64")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, ys, dys, dxs
+      type(c_ptr), value :: y, dy, dx
+    end function
+    integer(c_int) function c_log_softmax_backward_f32(memory, rows, cols, y, ys, dy, dys, dx, dxs) &
+        bind(c, name="kflash_log_softmax_backward_f32")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, ys, dys, dxs
+      type(c_ptr), value :: y, dy, dx
+    end function
+    integer(c_int) function c_log_softmax_backward_f64(memory, rows, cols, y, ys, dy, dys, dx, dxs) &
+        bind(c, name="kflash_log_softmax_backward_f64")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, ys, dys, dxs
+      type(c_ptr), value :: y, dy, dx
+    end function
+    integer(c_int) function c_logsumexp_backward_f32(memory, rows, cols, x, xs, lse, dlse, dx, dxs) &
+        bind(c, name="kflash_logsumexp_backward_f32")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, xs, dxs
+      type(c_ptr), value :: x, lse, dlse, dx
+    end function
+    integer(c_int) function c_logsumexp_backward_f64(memory, rows, cols, x, xs, lse, dlse, dx, dxs) &
+        bind(c, name="kflash_logsumexp_backward_f64")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: memory
+      integer(c_int64_t), value :: rows, cols, xs, dxs
+      type(c_ptr), value :: x, lse, dlse, dx
     end function
   end interface
 
@@ -346,6 +404,175 @@ contains
     integer, intent(out), optional :: stat
     character(*), intent(inout), optional :: errmsg
     call rows_call(OP_LOGSUMEXP, FLOAT64, c_loc(x), shape(x), c_loc(out), [size(x, 1), size(out)], stat, errmsg)
+  end subroutine
+
+  ! ---- Row gradients ----
+
+  !> One gradient call: softmax and log_softmax from y(cols, rows) and dy (a, b), logsumexp from
+  !> x(cols, rows) (a), lse and dlse (n_lse elements each); dx has a's shape.
+  subroutine grad_call(op, dtype, a, a_shape, b, b_shape, lse, dlse, n_lse, dx, dx_shape, stat, errmsg)
+    integer, intent(in) :: op, n_lse
+    integer(c_int), intent(in) :: dtype
+    type(c_ptr), intent(in) :: a, b, lse, dlse, dx
+    integer, intent(in) :: a_shape(2), b_shape(2), dx_shape(2)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    integer(c_int64_t) :: cols, rows, n
+    integer(c_int) :: status
+    character(160) :: message
+    character(:), allocatable :: fn
+    cols = a_shape(1)
+    rows = a_shape(2)
+    n = rows * cols
+    fn = trim(merge('kflash_softmax_backward    ', 'kflash_log_softmax_backward', op == OP_SOFTMAX))
+    if (op == OP_LOGSUMEXP) fn = 'kflash_logsumexp_backward'
+    message = ''
+    ! Shapes as the caller wrote them (Fortran's order), as rows_call's messages.
+    if (op == OP_LOGSUMEXP .and. n_lse /= rows) then
+      write (message, '(a, a, i0, a, i0, a, i0, a, i0, a)') fn, ': lse has ', n_lse, ' elements, but x (', &
+        cols, ', ', rows, ') has ', rows, ' rows'
+    else if (any(b_shape /= a_shape)) then
+      write (message, '(a, a, i0, a, i0, a, i0, a, i0, a)') fn, ': dy (', b_shape(1), ', ', b_shape(2), &
+        ') must have the shape of y (', cols, ', ', rows, ')'
+    else if (any(dx_shape /= a_shape)) then
+      write (message, '(a, a, i0, a, i0, a, a, a, i0, a, i0, a)') fn, ': dx (', dx_shape(1), ', ', dx_shape(2), &
+        ') must have the shape of ', merge('x', 'y', op == OP_LOGSUMEXP), ' (', cols, ', ', rows, ')'
+    end if
+    if (len_trim(message) > 0) then
+      call finish(INVALID_ARGUMENT, trim(message), stat, errmsg)
+      return
+    end if
+    select case (op * 2 + dtype)
+    case (OP_SOFTMAX * 2 + FLOAT32)
+      status = c_softmax_backward_f32(MEMORY_HOST, rows, cols, address(a, n), cols, address(b, n), cols, &
+                                      address(dx, n), cols)
+    case (OP_SOFTMAX * 2 + FLOAT64)
+      status = c_softmax_backward_f64(MEMORY_HOST, rows, cols, address(a, n), cols, address(b, n), cols, &
+                                      address(dx, n), cols)
+    case (OP_LOG_SOFTMAX * 2 + FLOAT32)
+      status = c_log_softmax_backward_f32(MEMORY_HOST, rows, cols, address(a, n), cols, address(b, n), cols, &
+                                          address(dx, n), cols)
+    case (OP_LOG_SOFTMAX * 2 + FLOAT64)
+      status = c_log_softmax_backward_f64(MEMORY_HOST, rows, cols, address(a, n), cols, address(b, n), cols, &
+                                          address(dx, n), cols)
+    case (OP_LOGSUMEXP * 2 + FLOAT32)
+      status = c_logsumexp_backward_f32(MEMORY_HOST, rows, cols, address(a, n), cols, address(lse, rows), &
+                                        address(dlse, rows), address(dx, n), cols)
+    case default
+      status = c_logsumexp_backward_f64(MEMORY_HOST, rows, cols, address(a, n), cols, address(lse, rows), &
+                                        address(dlse, rows), address(dx, n), cols)
+    end select
+    call finish(status, "", stat, errmsg)
+  end subroutine
+
+  ! softmax_backward and log_softmax_backward: dx from y and dy (dx may be dy: in place).
+  subroutine softmax_backward_r4_1(y, dy, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: y(:)
+    real(c_float), intent(inout), target, contiguous :: dy(:), dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_SOFTMAX, FLOAT32, c_loc(y), [size(y), 1], c_loc(dy), [size(dy), 1], c_null_ptr, c_null_ptr, 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine softmax_backward_r4_2(y, dy, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: y(:, :)
+    real(c_float), intent(inout), target, contiguous :: dy(:, :), dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_SOFTMAX, FLOAT32, c_loc(y), shape(y), c_loc(dy), shape(dy), c_null_ptr, c_null_ptr, size(y, 2), &
+                   c_loc(dx), shape(dx), stat, errmsg)
+  end subroutine
+  subroutine softmax_backward_r8_1(y, dy, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: y(:)
+    real(c_double), intent(inout), target, contiguous :: dy(:), dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_SOFTMAX, FLOAT64, c_loc(y), [size(y), 1], c_loc(dy), [size(dy), 1], c_null_ptr, c_null_ptr, 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine softmax_backward_r8_2(y, dy, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: y(:, :)
+    real(c_double), intent(inout), target, contiguous :: dy(:, :), dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_SOFTMAX, FLOAT64, c_loc(y), shape(y), c_loc(dy), shape(dy), c_null_ptr, c_null_ptr, size(y, 2), &
+                   c_loc(dx), shape(dx), stat, errmsg)
+  end subroutine
+  subroutine log_softmax_backward_r4_1(y, dy, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: y(:)
+    real(c_float), intent(inout), target, contiguous :: dy(:), dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOG_SOFTMAX, FLOAT32, c_loc(y), [size(y), 1], c_loc(dy), [size(dy), 1], c_null_ptr, c_null_ptr, 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine log_softmax_backward_r4_2(y, dy, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: y(:, :)
+    real(c_float), intent(inout), target, contiguous :: dy(:, :), dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOG_SOFTMAX, FLOAT32, c_loc(y), shape(y), c_loc(dy), shape(dy), c_null_ptr, c_null_ptr, size(y, 2), &
+                   c_loc(dx), shape(dx), stat, errmsg)
+  end subroutine
+  subroutine log_softmax_backward_r8_1(y, dy, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: y(:)
+    real(c_double), intent(inout), target, contiguous :: dy(:), dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOG_SOFTMAX, FLOAT64, c_loc(y), [size(y), 1], c_loc(dy), [size(dy), 1], c_null_ptr, c_null_ptr, 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine log_softmax_backward_r8_2(y, dy, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: y(:, :)
+    real(c_double), intent(inout), target, contiguous :: dy(:, :), dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOG_SOFTMAX, FLOAT64, c_loc(y), shape(y), c_loc(dy), shape(dy), c_null_ptr, c_null_ptr, size(y, 2), &
+                   c_loc(dx), shape(dx), stat, errmsg)
+  end subroutine
+
+  ! logsumexp_backward: dx from x, lse and dlse (scalars for a rank-1 x; dx may be x).
+  subroutine logsumexp_backward_r4_1(x, lse, dlse, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: x(:)
+    real(c_float), intent(in), target :: lse, dlse
+    real(c_float), intent(inout), target, contiguous :: dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOGSUMEXP, FLOAT32, c_loc(x), [size(x), 1], c_null_ptr, [size(x), 1], c_loc(lse), c_loc(dlse), 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine logsumexp_backward_r4_2(x, lse, dlse, dx, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: x(:, :), lse(:), dlse(:)
+    real(c_float), intent(inout), target, contiguous :: dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    if (size(dlse) /= size(lse)) then
+      call finish(INVALID_ARGUMENT, 'kflash_logsumexp_backward: dlse must have the size of lse', stat, errmsg)
+      return
+    end if
+    call grad_call(OP_LOGSUMEXP, FLOAT32, c_loc(x), shape(x), c_null_ptr, shape(x), c_loc(lse), c_loc(dlse), size(lse), &
+                   c_loc(dx), shape(dx), stat, errmsg)
+  end subroutine
+  subroutine logsumexp_backward_r8_1(x, lse, dlse, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: x(:)
+    real(c_double), intent(in), target :: lse, dlse
+    real(c_double), intent(inout), target, contiguous :: dx(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    call grad_call(OP_LOGSUMEXP, FLOAT64, c_loc(x), [size(x), 1], c_null_ptr, [size(x), 1], c_loc(lse), c_loc(dlse), 1, &
+                   c_loc(dx), [size(dx), 1], stat, errmsg)
+  end subroutine
+  subroutine logsumexp_backward_r8_2(x, lse, dlse, dx, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: x(:, :), lse(:), dlse(:)
+    real(c_double), intent(inout), target, contiguous :: dx(:, :)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    if (size(dlse) /= size(lse)) then
+      call finish(INVALID_ARGUMENT, 'kflash_logsumexp_backward: dlse must have the size of lse', stat, errmsg)
+      return
+    end if
+    call grad_call(OP_LOGSUMEXP, FLOAT64, c_loc(x), shape(x), c_null_ptr, shape(x), c_loc(lse), c_loc(dlse), size(lse), &
+                   c_loc(dx), shape(dx), stat, errmsg)
   end subroutine
 
   ! ---- Attention ----

@@ -1,5 +1,5 @@
-/* The C interface from C99: softmax, log_softmax and logsumexp against a naive long-double
- * reference, in place and with padded rows, and the errors (before kflash_initialize, null pointers,
+/* The C interface from C99: softmax, log_softmax and logsumexp and their gradients against naive
+ * long-double references, in place and with padded rows, and the errors (before kflash_initialize, null pointers,
  * strides, memory kinds), each leaving its output untouched. Exits non-zero on any failure. */
 #include <kflash/kflash.h>
 
@@ -77,6 +77,120 @@ static void log_softmax_f64_in_place(void) {
   free(x), free(ref), free(lse);
 }
 
+/* The gradients: softmax_backward (f32, padded rows, dx apart), log_softmax_backward (f64, in place
+ * over dy) and logsumexp_backward (f32) against long-double references from the same inputs, within
+ * 64 eps of each element's magnitude (the terms its difference cancels); the padding untouched. */
+static void gradients(void) {
+  const long rows = 20, cols = 300, ld = 301;
+  float* y = malloc(sizeof(float) * rows * ld);
+  float* dy = malloc(sizeof(float) * rows * ld);
+  float* dx = malloc(sizeof(float) * rows * ld);
+  double* yd = malloc(sizeof(double) * rows * cols);
+  double* dyd = malloc(sizeof(double) * rows * cols);
+  double* ref = malloc(sizeof(double) * rows * cols);
+  double* mag = malloc(sizeof(double) * rows * cols);
+  float lse[20], dlse[20];
+  double row[300];
+  int padding_kept = 1;
+  for (long r = 0; r < rows; ++r) { /* y = softmax of random logits, rounded to float */
+    long double m, log_l;
+    for (long c = 0; c < cols; ++c) row[c] = uniform(-8, 8);
+    reference_row(row, cols, &m, &log_l);
+    for (long c = 0; c < ld; ++c) {
+      y[r * ld + c] = c < cols ? (float)expl((long double)row[c] - m - log_l) : 0.0f;
+      dy[r * ld + c] = (float)uniform(-1, 1);
+      dx[r * ld + c] = -7.0f;
+    }
+  }
+  CHECK(kflash_softmax_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, dy, ld, dx, ld) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  double worst = 0;
+  for (long r = 0; r < rows; ++r) {
+    long double s = 0, abs_s = 0;
+    for (long c = 0; c < cols; ++c) {
+      s += (long double)dy[r * ld + c] * y[r * ld + c];
+      abs_s += fabsl((long double)dy[r * ld + c] * y[r * ld + c]);
+    }
+    for (long c = 0; c < cols; ++c) {
+      const long double want = y[r * ld + c] * (dy[r * ld + c] - s);
+      const long double m = fabsl((long double)y[r * ld + c]) * (fabsl((long double)dy[r * ld + c]) + abs_s);
+      const double e = (double)(fabsl(dx[r * ld + c] - want) / (64 * 1.1920929e-7L * m + 1e-37L));
+      worst = e > worst ? e : worst;
+    }
+    padding_kept = padding_kept && dx[r * ld + cols] == -7.0f;
+  }
+  CHECK(worst <= 1, "softmax_backward: worst error over its tolerance %g", worst);
+  CHECK(padding_kept, "softmax_backward wrote the padding between rows");
+
+  /* log_softmax_backward f64 in place: y = log-probabilities, dx over dy. */
+  for (long r = 0; r < rows; ++r) {
+    long double m, log_l;
+    for (long c = 0; c < cols; ++c) row[c] = uniform(-8, 8);
+    reference_row(row, cols, &m, &log_l);
+    long double sum = 0, abs_sum = 0;
+    for (long c = 0; c < cols; ++c) {
+      yd[r * cols + c] = (double)((long double)row[c] - m - log_l);
+      dyd[r * cols + c] = uniform(-1, 1);
+      sum += dyd[r * cols + c], abs_sum += fabs(dyd[r * cols + c]);
+    }
+    for (long c = 0; c < cols; ++c) {
+      const long double e = expl((long double)yd[r * cols + c]);
+      ref[r * cols + c] = (double)(dyd[r * cols + c] - e * sum);
+      mag[r * cols + c] = (double)(fabsl((long double)dyd[r * cols + c]) + e * abs_sum * (1 + fabsl((long double)yd[r * cols + c])));
+    }
+  }
+  CHECK(kflash_log_softmax_backward_f64(KFLASH_MEMORY_HOST, rows, cols, yd, cols, dyd, cols, dyd, cols) ==
+            KFLASH_SUCCESS, "%s", kflash_last_error());
+  worst = 0;
+  for (long i = 0; i < rows * cols; ++i) {
+    const double e = fabs(dyd[i] - ref[i]) / (64 * 2.220446e-16 * mag[i] + 1e-300);
+    worst = e > worst ? e : worst;
+  }
+  CHECK(worst <= 1, "log_softmax_backward in place: worst error over its tolerance %g", worst);
+
+  /* logsumexp_backward f32: dx = dlse exp(x - lse) over the logits in y's storage. */
+  for (long r = 0; r < rows; ++r) {
+    long double m, log_l;
+    for (long c = 0; c < cols; ++c) row[c] = (float)uniform(-8, 8), y[r * ld + c] = (float)row[c];
+    reference_row(row, cols, &m, &log_l);
+    lse[r] = (float)(m + log_l);
+    dlse[r] = (float)uniform(-2, 2);
+  }
+  CHECK(kflash_logsumexp_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, lse, dlse, dx, ld) == KFLASH_SUCCESS,
+        "%s", kflash_last_error());
+  worst = 0;
+  for (long r = 0; r < rows; ++r) {
+    for (long c = 0; c < cols; ++c) {
+      const long double x = y[r * ld + c];
+      const long double want = dlse[r] * expl(x - lse[r]);
+      const double e = (double)(fabsl(dx[r * ld + c] - want) /
+                                (64 * 1.1920929e-7L * fabsl(want) * (1 + fabsl(x) + fabsl((long double)lse[r])) + 1e-37L));
+      worst = e > worst ? e : worst;
+    }
+  }
+  CHECK(worst <= 1, "logsumexp_backward: worst error over its tolerance %g", worst);
+
+  /* Bad calls name the argument and write nothing. */
+  for (long i = 0; i < rows * ld; ++i) dx[i] = 5.0f;
+  CHECK(kflash_softmax_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, NULL, ld, dx, ld) ==
+            KFLASH_ERROR_INVALID_ARGUMENT, "null dy");
+  CHECK(strstr(kflash_last_error(), "kflash_softmax_backward_f32: dy is NULL (rows = 20, cols = 300)") != NULL, "%s",
+        kflash_last_error());
+  CHECK(kflash_logsumexp_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, lse, NULL, dx, ld) ==
+            KFLASH_ERROR_INVALID_ARGUMENT, "null dlse");
+  CHECK(strstr(kflash_last_error(), "dlse is NULL") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_log_softmax_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, dy, ld, dx, 299) ==
+            KFLASH_ERROR_INVALID_ARGUMENT, "short dx stride");
+  CHECK(strstr(kflash_last_error(), "dx_row_stride = 299 is less than cols") != NULL, "%s", kflash_last_error());
+  CHECK(kflash_softmax_backward_f32(KFLASH_MEMORY_HOST, rows, cols, y, ld, dy, ld, y, ld) ==
+            KFLASH_ERROR_INVALID_ARGUMENT, "dx over y");
+  CHECK(strstr(kflash_last_error(), "overlaps") != NULL, "%s", kflash_last_error());
+  int untouched = 1;
+  for (long i = 0; i < rows * ld; ++i) untouched = untouched && dx[i] == 5.0f;
+  CHECK(untouched, "a failed gradient call wrote dx");
+  free(y), free(dy), free(dx), free(yd), free(dyd), free(ref), free(mag);
+}
+
 /* Each bad call returns its status, names the argument in its message and writes nothing. */
 static void errors(void) {
   float x[12] = {0}, y[12];
@@ -120,6 +234,7 @@ int main(void) {
   printf("kflash %s, backends %s\n", kflash_version(), kflash_backends());
   softmax_f32();
   log_softmax_f64_in_place();
+  gradients();
   errors();
   CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
   CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 1, 4, x, 4, y, 4) == KFLASH_ERROR_NOT_INITIALIZED, "after finalize");

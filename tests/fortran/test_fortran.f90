@@ -1,7 +1,7 @@
 ! The Fortran module kflash against a naive reference in extended precision (real(ep), 64-bit
 ! mantissa): softmax and logsumexp on 1000 rows of 4096 (real(4)), log_softmax and logsumexp of one
 ! real(8) row, attention with GQA and causal (real(4)) and with a window, softcap and sinks (real(8)),
-! a merge of two key halves, and bad input through stat/errmsg (nothing written). Stops with a
+! a merge of two key halves, the row gradients, and bad input through stat/errmsg (nothing written). Stops with a
 ! nonzero code on any failure. With an argument, a bad call without stat must stop the program.
 program test_fortran
   use kflash
@@ -21,6 +21,7 @@ program test_fortran
   call attention_gqa_causal()
   call attention_window_sinks()
   call merge_halves()
+  call gradients()
   call errors()
   call kflash_finalize()
   if (failures > 0) then
@@ -208,6 +209,60 @@ contains
     call kflash_merge_attention(parts, part_lse, o, lse)
     call check(maxval(abs(o - full)) <= 1d-13, 'merge of two halves: o', maxval(abs(o - full)))
     call check(maxval(abs(lse - full_lse) / (1 + abs(full_lse))) <= 1d-13, 'merge of two halves: lse')
+  end subroutine
+
+  ! The row gradients against their formulas in extended precision: softmax_backward on y(300, 20)
+  ! real(8) (within 64 eps of each element's magnitude |y| (|dy| + sum |dy y|)), log_softmax_backward
+  ! in place over dy, logsumexp_backward of one real(4) row; a dx of another shape is refused.
+  subroutine gradients()
+    real(8) :: x(300, 20), y(300, 20), dy(300, 20), dx(300, 20), lp(300, 20), g(300, 20)
+    real(4) :: x4(50), dx4(50), lse4, dlse4
+    real(ep) :: s, abs_s, want, worst, m
+    integer :: r, stat
+    character(256) :: errmsg
+    call random_number(x)
+    call random_number(dy)
+    x = 16 * x - 8
+    dy = 2 * dy - 1
+    call kflash_softmax(x, y)
+    call kflash_softmax_backward(y, dy, dx)
+    worst = 0
+    do r = 1, 20
+      s = sum(real(dy(:, r), ep) * y(:, r))
+      abs_s = sum(abs(real(dy(:, r), ep) * y(:, r)))
+      do i = 1, 300
+        want = y(i, r) * (dy(i, r) - s)
+        m = abs(real(y(i, r), ep)) * (abs(real(dy(i, r), ep)) + abs_s)
+        worst = max(worst, abs(dx(i, r) - want) / (64 * epsilon(1d0) * m + tiny(1d0)))
+      end do
+    end do
+    call check(worst <= 1, 'softmax_backward real(8): worst error over its tolerance', real(worst, 8))
+    call kflash_log_softmax(x, lp)
+    g = dy
+    call kflash_log_softmax_backward(lp, g, g)
+    worst = 0
+    do r = 1, 20
+      s = sum(real(dy(:, r), ep))
+      abs_s = sum(abs(real(dy(:, r), ep)))
+      do i = 1, 300
+        want = dy(i, r) - exp(real(lp(i, r), ep)) * s
+        m = abs(real(dy(i, r), ep)) + exp(real(lp(i, r), ep)) * abs_s * (1 + abs(real(lp(i, r), ep)))
+        worst = max(worst, abs(g(i, r) - want) / (64 * epsilon(1d0) * m + tiny(1d0)))
+      end do
+    end do
+    call check(worst <= 1, 'log_softmax_backward real(8) in place: worst error over its tolerance', real(worst, 8))
+    x4 = real(x(1:50, 1), 4)
+    call kflash_logsumexp(x4, lse4)
+    dlse4 = -1.5
+    call kflash_logsumexp_backward(x4, lse4, dlse4, dx4)
+    worst = maxval(abs(dx4 - dlse4 * exp(real(x4, ep) - lse4)) / &
+                   (64 * epsilon(1.0) * abs(dlse4 * exp(real(x4, ep) - lse4)) * (1 + abs(real(x4, ep)) + abs(lse4))))
+    call check(worst <= 1, 'logsumexp_backward real(4) row: worst error over its tolerance', real(worst, 8))
+    dx = 7
+    call kflash_softmax_backward(y, dy, dx(1:299, :), stat, errmsg)
+    call check(stat /= 0 .and. index(errmsg, 'kflash_softmax_backward: dx (299, 20) must have the shape of y (300, 20)') &
+               > 0, 'softmax_backward shapes: ' // trim(errmsg))
+    call check(all(dx == 7), 'a failed gradient call wrote dx')
   end subroutine
 
   ! Bad input: stat nonzero, errmsg naming the argument, nothing written.

@@ -1,5 +1,5 @@
 // libFuzzer harness over the C interface (include/kflash/kflash.h): any bytes become one call,
-// kflash_softmax/log_softmax/logsumexp_f32/f64, kflash_attention (every option array, varlen, paged)
+// kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (every option array, varlen, paged)
 // or kflash_merge_attention, with descriptors drawn from the bytes: mostly consistent shapes, then
 // any field changed to any value (ranks, dtypes, negative or huge extents and strides, index arrays
 // pointing anywhere, outputs aliasing inputs, wrong memory kinds and struct sizes).
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -245,6 +246,60 @@ void fuzz_rows(Bytes& in) {
   call.check(names[f64][op], s);
 }
 
+/// The row gradients: a (y, or x for logsumexp) and b (dy) as rows, lse and dlse (logsumexp) one
+/// value per row, dx as rows, in place over dy (or x) now and then.
+void fuzz_row_grads(Bytes& in) {
+  const int op = in.byte() % 3;
+  const bool f64 = in.byte() & 1;
+  const kflash_memory memory = memory_kind(in);
+  const std::int64_t rows = in.extent(0, 9), cols = in.extent(0, 70);
+  std::int64_t strides[3];
+  for (std::int64_t& s : strides) {
+    s = std::int64_t(std::uint64_t(cols) + in.byte() % 3 - (in.chance(16) ? 3u : 0u));
+    if (in.chance(8)) s = std::int64_t(in.bits(64));
+  }
+  Call call(in);
+  kflash_array rows_of[3]{}, per_row[2]{};  // a, b, dx; lse, dlse
+  for (int i = 0; i < 3; ++i) {
+    kflash_array& d = rows_of[i];
+    d.dtype = f64 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+    d.rank = 2;
+    d.extent[0] = rows, d.extent[1] = cols;
+    d.stride[0] = rows > 1 ? strides[i] : cols, d.stride[1] = 1;
+  }
+  for (kflash_array& d : per_row) d.dtype = rows_of[0].dtype, d.rank = 1, d.extent[0] = rows, d.stride[0] = 1;
+  const bool in_place = in.chance(60);  // dx over dy (softmax, log_softmax) or over x (logsumexp)
+  const int over = op == 2 ? 0 : 1;
+  call.allocate(rows_of[0], in_place && over == 0);
+  if (op != 2) call.allocate(rows_of[1], in_place && over == 1);
+  if (op == 2) for (kflash_array& d : per_row) call.allocate(d, false);
+  if (in_place) rows_of[2] = rows_of[over], strides[2] = strides[over];
+  else call.allocate(rows_of[2], true);
+  for (kflash_array& d : rows_of)
+    if (in.chance(10)) d.data = nullptr;
+  static const char* const names[2][3] = {
+      {"kflash_softmax_backward_f32", "kflash_log_softmax_backward_f32", "kflash_logsumexp_backward_f32"},
+      {"kflash_softmax_backward_f64", "kflash_log_softmax_backward_f64", "kflash_logsumexp_backward_f64"}};
+  const auto run = [&](auto* type_tag) {
+    using T = std::remove_pointer_t<decltype(type_tag)>;
+    const T* a = static_cast<const T*>(rows_of[0].data);
+    const T* b = static_cast<const T*>(rows_of[1].data);
+    T* dx = static_cast<T*>(rows_of[2].data);
+    const T* lse = static_cast<const T*>(per_row[0].data);
+    const T* dlse = static_cast<const T*>(per_row[1].data);
+    if constexpr (std::is_same<T, float>::value) {
+      return op == 0   ? kflash_softmax_backward_f32(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
+             : op == 1 ? kflash_log_softmax_backward_f32(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
+                       : kflash_logsumexp_backward_f32(memory, rows, cols, a, strides[0], lse, dlse, dx, strides[2]);
+    } else {
+      return op == 0   ? kflash_softmax_backward_f64(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
+             : op == 1 ? kflash_log_softmax_backward_f64(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
+                       : kflash_logsumexp_backward_f64(memory, rows, cols, a, strides[0], lse, dlse, dx, strides[2]);
+    }
+  };
+  call.check(names[f64][op], f64 ? run(static_cast<double*>(nullptr)) : run(static_cast<float*>(nullptr)));
+}
+
 void fuzz_attention(Bytes& in) {
   const kflash_dtype t = in.byte() & 1 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
   const kflash_memory memory = memory_kind(in);
@@ -352,9 +407,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Bytes in(data, size);
-  switch (in.byte() % 3) {
+  switch (in.byte() % 4) {
     case 0: fuzz_rows(in); break;
     case 1: fuzz_attention(in); break;
+    case 2: fuzz_row_grads(in); break;
     default: fuzz_merge(in); break;
   }
   return 0;
