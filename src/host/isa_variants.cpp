@@ -33,6 +33,14 @@ namespace kflash::impl::host {
                             const SoftmaxNormalizer<double>& norm, bool stream) {                             \
     internal::write_row<double, vector_bytes>(op, x, y, n, norm, stream);                                     \
   }                                                                                                           \
+  attributes void write_scaled_exp(const float* x, float* y, index_t n, float shift, float scale,             \
+                                   float offset) {                                                            \
+    internal::write_scaled_exp<float, vector_bytes>(x, y, n, shift, scale, offset);                           \
+  }                                                                                                           \
+  attributes void write_scaled_exp(const double* x, double* y, index_t n, double shift, double scale,         \
+                                   double offset) {                                                           \
+    internal::write_scaled_exp<double, vector_bytes>(x, y, n, shift, scale, offset);                          \
+  }                                                                                                           \
   attributes void run_rows(const RowBlock<float>& b) { internal::run_rows<float, vector_bytes>(b); }          \
   attributes void run_rows(const RowBlock<double>& b) { internal::run_rows<double, vector_bytes>(b); }        \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
@@ -116,6 +124,12 @@ void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNorma
 void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNormalizer<double>& norm,
                bool stream) {
   KFLASH_IMPL_DISPATCH(isa(), write_row(op, x, y, n, norm, stream))
+}
+void write_scaled_exp(const float* x, float* y, index_t n, float shift, float scale, float offset) {
+  KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp(x, y, n, shift, scale, offset))
+}
+void write_scaled_exp(const double* x, double* y, index_t n, double shift, double scale, double offset) {
+  KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp(x, y, n, shift, scale, offset))
 }
 void run_rows(const RowBlock<float>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
 void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }

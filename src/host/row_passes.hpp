@@ -28,6 +28,12 @@ struct Scaled {  // softmax's weights, stored in the state pass
   T operator()(T v) const { return v * factor; }
 };
 
+template <class T>
+struct ScaledExpOf {  // cross-entropy's gradient: scale exp(v - shift) - offset
+  T shift, scale, offset;
+  T operator()(T v) const { return scale * exp_nonpositive(v - shift) - offset; }
+};
+
 /// w[l] = f(v[l]), l in [0, N): a vector's lanes.
 template <class T, int VB, int N, class F>
 inline void apply_lanes(const F& f, const T* v, T* w) {
@@ -37,6 +43,12 @@ template <class T, int VB, int N>
 inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob with the vector exp
   LaneExp<T, VB>::template apply<N>(v, f.norm.shift, w);
   for (int l = 0; l < N; ++l) w[l] = f.norm.prob_of_weight(w[l]);
+}
+
+template <class T, int VB, int N>
+inline void apply_lanes(const ScaledExpOf<T>& f, const T* v, T* w) {  // with the vector exp
+  LaneExp<T, VB>::template apply<N>(v, f.shift, w);
+  for (int l = 0; l < N; ++l) w[l] = f.scale * w[l] - f.offset;
 }
 
 /// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
@@ -200,6 +212,11 @@ void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>
   } else {
     write_pass<T, VB>(x, y, n, LogProbOf<T>{norm}, stream);
   }
+}
+
+template <class T, int VB>
+void write_scaled_exp(const T* x, T* y, index_t n, T shift, T scale, T offset) {
+  write_pass<T, VB>(x, y, n, ScaledExpOf<T>{shift, scale, offset}, false);
 }
 
 /// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their

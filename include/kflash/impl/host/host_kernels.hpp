@@ -48,6 +48,12 @@ void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNorma
 void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNormalizer<double>& norm,
                bool stream);
 
+/// y[0, n) = scale * exp(x - shift) - offset for a chunk x[0, n) of a row whose x - shift <= 0
+/// (cross-entropy's gradient: shift = lse, scale and offset CrossEntropyGrad's weight and smooth).
+/// y may be x.
+void write_scaled_exp(const float* x, float* y, index_t n, float shift, float scale, float offset);
+void write_scaled_exp(const double* x, double* y, index_t n, double shift, double scale, double offset);
+
 /// Where softmax keeps each weight exp(x - max) between its two passes, so that it is computed once.
 enum class WeightsAt {
   recomputed,  ///< nowhere: the write pass computes it again

@@ -1,11 +1,13 @@
-// The host schedule of cross-entropy's statistics phase on contiguous rows: a team of one thread per
-// work item (several whole rows, or one chunk of a split row), handing each to the compiled host
-// kernel run_logit_rows.
+// The host schedules of cross-entropy on contiguous rows, teams of one thread: the statistics phase
+// (a work item of several whole rows, or one chunk of a split row, to the compiled kernel
+// run_logit_rows) and the gradient's write phase (a row or chunk to write_scaled_exp).
 #pragma once
 
 #include <kflash/impl/host/host_kernels.hpp>
 #include <kflash/impl/schedule/cross_entropy.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace kflash::impl::host {
@@ -49,6 +51,48 @@ void run_host_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& 
       plan.chunks == 1 ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows * plan.chunks;
   Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(items), 1, 1),
                        HostLogitStatsKernel<ExecSpace, XRows, Targets, Workspace>{x, targets, ws, plan, col0});
+}
+
+/// The gradient phase: each row or chunk (RowChunk) gets scale exp(x - lse) - offset from the
+/// compiled kernel (CrossEntropyGrad's factors), then the target's element its own value from the
+/// logit read before the pass (dx may be x); ignored rows get 0.
+template <class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
+struct HostCrossEntropyGradKernel {
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+
+  XRows x;
+  Targets targets;
+  DLoss dloss;
+  RowLse lse;
+  DXRows dx;
+  RowPlan plan;
+  std::int64_t ignore_index;
+  LossTerms terms;
+
+  void operator()(const member_type& team) const {
+    const RowChunk rc(plan, team.league_rank());
+    T* out = dx.row(rc.r) + rc.begin;
+    const std::int64_t t = std::int64_t(targets(rc.r));
+    if (t == ignore_index) {
+      std::fill(out, out + (rc.end - rc.begin), T(0));
+      return;
+    }
+    const CrossEntropyGrad<T> grad(T(lse(rc.r)), T(dloss(rc.r)), plan.cols, terms);
+    const bool has_target = t >= rc.begin && t < rc.end;
+    const T x_target = has_target ? T(x(rc.r, index_t(t))) : T(0);
+    write_scaled_exp(x.row(rc.r) + rc.begin, out, rc.end - rc.begin, grad.lse, grad.weight, grad.smooth);
+    if (has_target) dx(rc.r, index_t(t)) = grad(x_target, true);
+  }
+};
+
+template <class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
+void run_host_cross_entropy_grad(const ExecSpace& exec, const XRows& x, const Targets& targets, const DLoss& dloss,
+                                 const RowLse& lse, const DXRows& dx, const RowPlan& plan, std::int64_t ignore_index,
+                                 const LossTerms& terms, const std::string& label) {
+  using Kernel = HostCrossEntropyGradKernel<ExecSpace, XRows, Targets, DLoss, RowLse, DXRows>;
+  Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * plan.chunks), 1, 1),
+                       Kernel{x, targets, dloss, lse, dx, plan, ignore_index, terms});
 }
 
 }  // namespace kflash::impl::host

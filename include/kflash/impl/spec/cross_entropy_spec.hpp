@@ -1,6 +1,7 @@
-// Picks the schedule of cross-entropy's statistics phase: contiguous rows on a space whose traits
-// have host kernels go to the host schedule (host/host_loss.hpp), others to the portable kernel
-// (schedule/cross_entropy.hpp); the loss phase is portable.
+// Picks the schedule of cross-entropy's statistics phase and of its gradient's write phase:
+// contiguous rows on a space whose traits have host kernels go to the host schedules
+// (host/host_loss.hpp), others to the portable kernels (schedule/cross_entropy.hpp); the loss phase
+// is portable.
 #pragma once
 
 #include <kflash/impl/host/host_loss.hpp>
@@ -67,9 +68,16 @@ LossTotal cross_entropy_backward_rows(const ExecSpace& exec, const XView& x, con
   if (check.bad_row < rows.rows()) return check;
   const RowPlan plan = plan_rows<T, Traits>(exec, rows.rows(), rows.cols());
   if (plan.rows == 0 || plan.cols == 0) return check;
+  const Rows<DXView> dx_rows{dx};
   const auto gradient = [&](const auto& row_lse) {
-    run_cross_entropy_grad<Traits>(exec, rows, targets, dloss, row_lse, Rows<DXView>{dx}, plan, ignore_index, terms,
-                                   label);
+    if constexpr (Traits::host_kernels) {
+      if (rows.unit_stride() && dx_rows.unit_stride()) {
+        host::run_host_cross_entropy_grad(exec, rows, targets, dloss, row_lse, dx_rows, plan, ignore_index, terms,
+                                          label);
+        return;
+      }
+    }
+    run_cross_entropy_grad<Traits>(exec, rows, targets, dloss, row_lse, dx_rows, plan, ignore_index, terms, label);
   };
   if constexpr (std::is_null_pointer<LseView>::value) {
     using Workspace = Kokkos::View<LogitStats<T>**, memory_space, Kokkos::MemoryUnmanaged>;
