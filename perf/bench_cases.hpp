@@ -554,6 +554,120 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
   set_work(state, row_ops(RowKind::logsumexp) * double(rows) * double(cols), bytes);
 }
 
+// --- gradients ---------------------------------------------------------------------------------
+
+/// One gradient case of the row operations at rows x cols: softmax_backward and log_softmax_backward
+/// from y and dy into dx (two reads and one write: the triad's limit), logsumexp_backward from x, lse
+/// and dlse into dx (one read, one write: copy's). variant 0: kflash; 1 (softmax and log_softmax):
+/// the baseline as hand-written Kokkos code does it, a team per row reducing the row's sum into a
+/// vector, then a second kernel writing dx.
+template <class Exec, class T>
+void row_backward_case(benchmark::State& state, const std::string& backend, RowKind kind, index_t rows,
+                       index_t cols, int variant) {
+  using mem = typename Exec::memory_space;
+  using member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  const Exec exec;
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> a("a", rows, cols), dy("dy", kind == RowKind::logsumexp ? 0 : rows, cols),
+      dx("dx", rows, cols);
+  Kokkos::View<T*, mem> lse("lse", rows), dlse("dlse", rows), sums("sums", rows);
+  fill_normal(a, 1);
+  if (kind == RowKind::logsumexp) {
+    kflash::logsumexp(exec, a, lse);
+    fill_normal(dlse, 2);
+  } else {
+    fill_normal(dy, 2);
+    if (kind == RowKind::softmax) kflash::softmax(exec, a, a);
+    else kflash::log_softmax(exec, a, a);
+  }
+  const std::string key = backend + "/" + row_kind_name(kind) + "_backward/" + type_name<T>() + "/" +
+                          std::to_string(rows) + "x" + std::to_string(cols);
+  const bool log_space = kind == RowKind::log_softmax;
+  const double s = run_timed(state, exec, [&] {
+    if (variant == 0) {
+      if (kind == RowKind::softmax) kflash::softmax_backward(exec, a, dy, dx);
+      else if (kind == RowKind::log_softmax) kflash::log_softmax_backward(exec, a, dy, dx);
+      else kflash::logsumexp_backward(exec, a, lse, dlse, dx);
+      return;
+    }
+    Kokkos::parallel_for("baseline::row_sums", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO),
+                         KOKKOS_LAMBDA(const member& t) {
+                           const index_t r = t.league_rank();
+                           T sum = 0;
+                           Kokkos::parallel_reduce(
+                               Kokkos::TeamThreadRange(t, cols),
+                               [&](index_t j, T& acc) { acc += log_space ? dy(r, j) : dy(r, j) * a(r, j); }, sum);
+                           Kokkos::single(Kokkos::PerTeam(t), [&] { sums(r) = sum; });
+                         });
+    Kokkos::parallel_for("baseline::row_grad", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
+                         KOKKOS_LAMBDA(index_t r, index_t j) {
+                           dx(r, j) = log_space ? dy(r, j) - kflash::impl::exp(a(r, j)) * sums(r)
+                                                : a(r, j) * (dy(r, j) - sums(r));
+                         });
+  });
+  const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 2 : 3);
+  set_rate(state, bytes, "GB/s");
+  if (variant != 0) {
+    record_baseline(key, s, double(rows) * sizeof(T), "baseline_2pass");
+    return;
+  }
+  set_relative(state, backend + (kind == RowKind::logsumexp ? "/copy_bw" : "/triad_bw"), bytes / s, key, s, 0);
+  set_work(state, 3 * double(rows) * double(cols), bytes);
+}
+
+/// One case of cross_entropy_backward at rows x vocabulary (label smoothing 0.1, dloss 1/rows as a
+/// mean's gradient). variant 0: kflash in place over the logits with the forward's lse (one read and
+/// one write: copy's limit); 2: kflash in place without lse (the statistics read the logits once
+/// more); 1: the baseline as frameworks compose it from the log-probabilities the forward kept, a
+/// kernel writing the loss's gradient with respect to them (the smoothed one-hot times dloss), then
+/// log_softmax_backward.
+template <class Exec, class T>
+void cross_entropy_backward_case(benchmark::State& state, const std::string& backend, index_t rows, index_t cols,
+                                 int variant) {
+  using mem = typename Exec::memory_space;
+  const Exec exec;
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", rows, cols), lp("log_p", variant == 1 ? rows : 0, cols),
+      dlp("dlog_p", variant == 1 ? rows : 0, cols);
+  Kokkos::View<std::int64_t*, mem> targets("targets", rows);
+  Kokkos::View<T*, mem> dloss("dloss", rows), lse("lse", rows);
+  fill_normal(x, 1);
+  Kokkos::deep_copy(dloss, T(1) / T(rows));
+  Kokkos::parallel_for("targets", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+                       KOKKOS_LAMBDA(index_t r) { targets(r) = (r * 7919) % cols; });
+  kflash::logsumexp(exec, x, lse);
+  if (variant == 1) kflash::log_softmax(exec, x, lp);
+  const std::string key = backend + "/cross_entropy_backward/" + type_name<T>() + "/" + std::to_string(rows) + "x" +
+                          std::to_string(cols);
+  kflash::CrossEntropyOptions o;
+  o.label_smoothing = 0.1;
+  const T eps = T(o.label_smoothing);
+  // In place: each call overwrites x with a gradient that the next call takes as logits, whose
+  // values stay moderate (|dlogits| <= 1 / rows), so the timing is of the same work throughout.
+  const double s = run_timed(state, exec, [&] {
+    if (variant == 0) {
+      kflash::cross_entropy_backward(exec, x, targets, dloss, x, o, lse);
+    } else if (variant == 2) {
+      kflash::cross_entropy_backward(exec, x, targets, dloss, x, o);
+    } else {
+      Kokkos::parallel_for("baseline::dlog_p", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
+                           KOKKOS_LAMBDA(index_t r, index_t c) {
+                             dlp(r, c) = -dloss(r) * (eps / T(cols) + (c == targets(r) ? T(1) - eps : T(0)));
+                           });
+      kflash::log_softmax_backward(exec, lp, dlp, dlp);
+    }
+  });
+  const double bytes = double(rows) * cols * sizeof(T) * 2;  // one read and one write of the logits
+  set_rate(state, bytes, "GB/s");
+  if (variant == 1) {
+    record_baseline(key, s, 2.0 * rows * cols * sizeof(T), "baseline_log_softmax_backward");  // log_p, dlog_p
+    return;
+  }
+  using Traits = kflash::impl::ScheduleTraits<Exec>;
+  const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
+  set_relative(state, backend + "/copy_bw", bytes / s, key, s,
+               variant == 2 ? double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<T>) : 0);
+  set_work(state, 4 * double(rows) * double(cols), bytes);
+}
+
 // --- attention ---------------------------------------------------------------------------------
 
 /// An attention option a case turns on (beyond causal and the window).

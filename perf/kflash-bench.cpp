@@ -135,6 +135,34 @@ void register_backend(Registry& reg) {
     reg.add(base + "/kflash", [=](benchmark::State& s) { cross_entropy_case<Exec, float>(s, be, sh.first, sh.second, 0); });
   }
 
+  // gradients: the row operations at the forward's shapes (the baselines from 1024 rows up on a
+  // device, as the forward's), cross-entropy in place at its shapes
+  for (RowKind kind : {RowKind::softmax, RowKind::log_softmax, RowKind::logsumexp}) {
+    if (!reg.opt.full && kind != RowKind::softmax) continue;
+    for (const Shape& sh : reg.opt.full ? full_shapes : std::vector<Shape>{{4096, 1024}}) {
+      const auto add_grad = [&](auto type_tag) {
+        using T = decltype(type_tag);
+        const std::string base = be + "/" + row_kind_name(kind) + "_backward/" + type_name<T>() + "/" +
+                                 std::to_string(sh.first) + "x" + std::to_string(sh.second);
+        if (kind != RowKind::logsumexp && (host || sh.first >= 1024))
+          reg.add(base + "/baseline_2pass",
+                  [=](benchmark::State& s) { row_backward_case<Exec, T>(s, be, kind, sh.first, sh.second, 1); });
+        reg.add(base + "/kflash",
+                [=](benchmark::State& s) { row_backward_case<Exec, T>(s, be, kind, sh.first, sh.second, 0); });
+      };
+      add_grad(float());
+      if (reg.opt.full) add_grad(double());
+    }
+  }
+  for (const Shape& sh : ce_shapes) {
+    if (!reg.opt.full && sh.first != 256) continue;
+    const std::string base = be + "/cross_entropy_backward/" + type_name<float>() + "/" + std::to_string(sh.first) +
+                             "x" + std::to_string(sh.second);
+    for (int variant : {1, 0, 2})
+      reg.add(base + (variant == 1 ? "/baseline_log_softmax_backward" : variant == 0 ? "/kflash" : "/kflash_without_lse"),
+              [=](benchmark::State& s) { cross_entropy_backward_case<Exec, float>(s, be, sh.first, sh.second, variant); });
+  }
+
   // attention and decode
   std::vector<AttnCase> cases;
   if (reg.opt.full) {
@@ -257,8 +285,10 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
   }
   std::printf(
       "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
-      "read once) or GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth\n"
-      "(softmax, log_softmax), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
+      "read once; their gradients 2 reads + 1 write, logsumexp's and cross-entropy's 1 read + 1 write) or\n"
+      "GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth (softmax,\n"
+      "log_softmax, logsumexp_backward, cross_entropy_backward), triad bandwidth (softmax_backward,\n"
+      "log_softmax_backward), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
       "(fma_fp32/fp64: independent chains in registers on every thread, per instruction set on the host),\n"
       "measured in this run: the peaks above, a bandwidth again right after each case (the machine's\n"
       "bandwidth drifts; the JSON counter 'limit' has the value used). The JSON also has host attention\n"
