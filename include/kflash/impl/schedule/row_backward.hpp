@@ -1,6 +1,7 @@
 // The gradients of the row operations (GUIDE §8), one portable schedule for every space: a team per
-// row reduces the row's sum across its threads (Σ dy·y for softmax, Σ dy for log_softmax; sums
-// compensated, merged in a fixed order), then writes dx; logsumexp's gradient needs no sum.
+// row reduces the row's sum across its threads (Σ dy·y for softmax, Σ dy for log_softmax: each tile
+// of Traits::tile elements summed plainly over the lanes Traits::tile_lanes names, the tiles' sums
+// compensated and merged in a fixed order), then writes dx; logsumexp's gradient needs no sum.
 #pragma once
 
 #include <kflash/impl/schedule/rows.hpp>
@@ -21,10 +22,11 @@ struct NoRowScalars {};
 ///               and 1 where x = lse = +inf, as the forward's weights do.
 /// dx may be b's View (softmax, log_softmax) or a's (logsumexp): each element is read before it is
 /// written, by the same thread.
-template <class ExecSpace, RowGrad Op, class ARows, class BRows, class DXRows, class Lse, class DLse>
+template <class ExecSpace, class Traits, RowGrad Op, class ARows, class BRows, class DXRows, class Lse, class DLse>
 struct RowBackwardKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using T = std::remove_cv_t<typename decltype(ARows::v)::value_type>;
+  using Lanes = typename Traits::template tile_lanes<T, member_type>;
 
   ARows a;
   BRows b;
@@ -37,7 +39,7 @@ struct RowBackwardKernel {
     const index_t r = team.league_rank();
     if constexpr (Op == RowGrad::logsumexp) {
       const T m = lse(r, 0), g = dlse(r, 0);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](index_t c) {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
         const T x = a(r, c);
         // x == lse: weight 1, but 0 for a row of -inf (the infinities' difference is NaN); NaN in
         // x or lse never compares equal and gives NaN.
@@ -46,17 +48,23 @@ struct RowBackwardKernel {
     } else {
       // A SoftmaxState whose maximum stays -inf is a compensated sum; OnlineSoftmax merges such
       // sums exactly as the forward merges its sums of weights.
+      constexpr index_t tile = Traits::tile;
+      const Lanes lanes(team);
+      const auto term = [&](index_t c) {
+        if constexpr (Op == RowGrad::softmax) return T(b(r, c) * a(r, c));
+        else return T(b(r, c));
+      };
       SoftmaxState<T> sum = SoftmaxState<T>::identity();
       Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, cols),
-          [&](index_t c, SoftmaxState<T>& acc) {
-            if constexpr (Op == RowGrad::softmax) acc.add_term(b(r, c) * a(r, c));
-            else acc.add_term(b(r, c));
+          Kokkos::TeamThreadRange(team, (cols + tile - 1) / tile),
+          [&](index_t t, SoftmaxState<T>& acc) {
+            const index_t tb = t * tile, te = tb + tile < cols ? tb + tile : cols;
+            acc.add_term(lanes.tile_sum(tb, te, term));
           },
           OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
       // An infinite sum keeps its sign (its compensation is NaN: inf - inf); NaN stays NaN.
       const T s = sum.sum - sum.sum == T(0) ? sum.total() : sum.sum;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](index_t c) {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
         if constexpr (Op == RowGrad::softmax) dx(r, c) = a(r, c) * (b(r, c) - s);
         else dx(r, c) = b(r, c) - exp(a(r, c)) * s;
       });
@@ -70,8 +78,10 @@ void run_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b, con
                       const DLse& dlse, const char* label) {
   const index_t rows = a.rows(), cols = a.cols();
   if (rows == 0 || cols == 0) return;
-  using Kernel = RowBackwardKernel<ExecSpace, Op, ARows, BRows, DXRows, Lse, DLse>;
-  Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(rows), Kokkos::AUTO),
+  using Traits = ScheduleTraits<ExecSpace>;
+  using Kernel = RowBackwardKernel<ExecSpace, Traits, Op, ARows, BRows, DXRows, Lse, DLse>;
+  Kokkos::parallel_for(label,
+                       Kokkos::TeamPolicy<ExecSpace>(exec, int(rows), Traits::row_team_size, Traits::vector_length),
                        Kernel{a, b, dx, lse, dlse, cols});
 }
 
