@@ -284,7 +284,10 @@ TYPED_TEST(AttentionTest, OutputsAliasingInputsAreRefused) {
   EXPECT_NO_THROW(kflash::merge_attention(exec, parts, lparts, o, l));
 
   // attention: o over q (D = Dv) and lse inside o are refused; disjoint halves of one allocation are not.
-  Kokkos::View<T****, AMem> qo("qo", 2, 2, 3, 4), k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 4);
+  // The halves are contiguous blocks (LayoutRight): in a device space's default LayoutLeft, halves
+  // of the first extent interleave, and their spans overlap (refused, conservatively).
+  Kokkos::View<T****, Kokkos::LayoutRight, AMem> qo("qo", 2, 2, 3, 4);
+  Kokkos::View<T****, AMem> k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 4);
   const auto q = Kokkos::subview(qo, std::make_pair(0, 1), Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
   const auto o_other = Kokkos::subview(qo, std::make_pair(1, 2), Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
   const kflash::AttentionOptions opt{};
