@@ -452,11 +452,18 @@ bundle_cuda() {
      "$src_dir/tests/cuda/torch_peers.py" "$dir/"
   for lib in $(ldd "$dir/kflash_test_cuda" "$dir/kflash-bench" | awk '/=> \//{print $3}' | sort -u); do
     case $(basename "$lib") in
-      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*) ;;
+      # The C runtime, and the CUDA driver (the GPU machine's own must be used).
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*|libcuda.so*) ;;
       *) cp -L "$lib" "$dir/lib/" ;;
     esac
   done
-  say "bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: bash $dir/run-gpu-checks.sh"
+  # The test program's device code for every instantiation is large: xz takes the bundle from about
+  # 240 MB to about 37 MB, under what a device call carries (64 MiB).
+  say "bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: bash bundle/run-gpu-checks.sh"
+  if command -v xz >/dev/null; then
+    tar -C "$cuda_build_dir" -cf - bundle | xz -T"$jobs" -9 -c >"$cuda_build_dir/bundle.tar.xz"
+    say "packed: $cuda_build_dir/bundle.tar.xz ($(du -sh "$cuda_build_dir/bundle.tar.xz" | cut -f1))"
+  fi
 }
 
 # The static gates of the device schedules, over the CUDA build's library and footprints.

@@ -29,7 +29,7 @@ if has tests; then
   stamp tests
   timeout "$(limit TESTS 240)" "$here/kflash_test_cuda" --gtest_brief=1 \
       ${KFLASH_GPU_TEST_FILTER:+--gtest_filter=$KFLASH_GPU_TEST_FILTER} >>"$out/tests.log" 2>&1 || status=1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|tests? ran|Timeout" "$out/tests.log" | head -40
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|tests? from .* ran|Timeout" "$out/tests.log" | head -40
 fi
 
 if has bench; then
@@ -68,7 +68,7 @@ if has ncu && command -v ncu >/dev/null; then
       echo "### $c" >>"$out/ncu.log"
       timeout "$(limit NCU 90)" ncu --clock-control none --kernel-name-base demangled \
           --kernel-name 'regex:TeamAttentionKernel|MergeKernel' --launch-skip 2 --launch-count 2 --csv \
-          --metrics "$m" "$here/kflash-bench" --backend Cuda --filter "$c" >"$out/ncu.part" 2>&1
+          --metrics "$m" "$here/kflash-bench" --backend Cuda --full --filter "$c" >"$out/ncu.part" 2>&1
       cat "$out/ncu.part" >>"$out/ncu.log"
       grep -qi "metric" "$out/ncu.part" && grep -q "==ERROR==" "$out/ncu.part" || break
     done
@@ -109,7 +109,7 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
         --gtest_brief=1 --gtest_filter="$f" >>"$out/sanitize.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 124 ] || status=1
-    echo "$tool: exit $rc$([ $rc -eq 124 ] && echo ' (time limit)'); $(grep -cE '^========= (Invalid|Race|Error)' "$out/sanitize.log") findings so far; $(grep -E 'tests? ran' "$out/sanitize.log" | tail -1)"
+    echo "$tool: exit $rc$([ $rc -eq 124 ] && echo ' (time limit)'); $(grep -cE '^========= (Invalid|Race|Error)' "$out/sanitize.log") findings so far; $(grep -E 'tests? from .* ran' "$out/sanitize.log" | tail -1)"
   done
   grep -E "^========= (Invalid|Race|Error|ERROR)" "$out/sanitize.log" | sort | uniq -c | head -10
 fi
