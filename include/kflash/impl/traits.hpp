@@ -33,6 +33,8 @@ struct TeamAttentionShape {
 struct CommonTraits {
   /// Work items (teams) wanted per unit of concurrency before rows or keys are split.
   static constexpr index_t items_per_thread = 4;
+  /// Parts whose weights a merge team stages in its scratch at a time.
+  static constexpr index_t merge_chunk = 256;
   /// Query rows per block of attention's per-row schedule.
   static constexpr index_t block_q = 32;
 };
@@ -93,6 +95,13 @@ struct HostTraits : CommonTraits {
   /// The maximum of a tile runs on this many vectors at a time.
   static constexpr int max_vectors = 4;
 
+  // --- merge_attention and the merge of split keys (schedule/merge_attention.hpp): a team of one
+  // thread per row, rows split into column blocks of at least merge_min_columns only where there
+  // are fewer rows than threads.
+  static constexpr int merge_team_size = 1;
+  static constexpr index_t merge_columns = index_t(1) << 30;
+  static constexpr index_t merge_min_columns = 16;
+
   /// No team schedule on hosts: attention's blocks take the host tile kernel.
   template <class T, int DV, bool Narrow>
   using team_shape = void;
@@ -128,6 +137,12 @@ struct DeviceTraits : CommonTraits {
   static constexpr int team_regs = sizeof(T) == 4 ? 32 : 16;
   /// Chunks of split rows are at least this long.
   static constexpr index_t min_chunk = index_t(1) << 13;
+
+  // --- Merges: a team of 8 warps per 32 columns of a row (one warp's coalesced loads of a part's
+  // columns), the warps taking the parts in turn.
+  static constexpr int merge_team_size = 256;
+  static constexpr index_t merge_columns = 32;
+  static constexpr index_t merge_min_columns = 32;
 
   // --- Attention: team shapes by value type and output width (Dv <= 64, <= 128), Narrow (blocks of
   // 8 rows) where a K/V head has at most 8 query rows (decoding); the tiles of one team fit the
