@@ -221,9 +221,18 @@ TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
 }
 
 TYPED_TEST(AttentionTest, MergeAttentionOfOneRow) {
-  // Fewer rows than threads: merge_attention takes a column per work item (where the space has
-  // more than one thread), each merging the row's states itself. Five parts, one of them empty.
+  // Fewer rows than threads: merge_attention splits the row's columns across teams (where the
+  // space has more than one thread), each team reducing the row's states itself. Five parts, one
+  // of them empty.
   check_merge_of_parts<TypeParam>({1, 1, 1, 1, 301, 16, 24}, 75, {0, 7, 7, 150, 151, 301}, "merge of one row");
+}
+
+TYPED_TEST(AttentionTest, MergeAttentionOfManyParts) {
+  // More parts than a merge team stages at once (Traits::merge_chunk): 300 parts of 2 keys, every
+  // tenth of them empty, over 72 columns (column blocks that do not divide them on devices).
+  std::vector<std::size_t> cuts{0};
+  for (std::size_t p = 1; p <= 300; ++p) cuts.push_back(cuts.back() + (p % 10 == 0 ? 0 : 2));
+  check_merge_of_parts<TypeParam>({1, 2, 1, 2, cuts.back(), 8, 72}, 76, cuts, "merge of many parts");
 }
 
 TYPED_TEST(AttentionTest, DefaultExecutionSpaceWithoutLse) {
