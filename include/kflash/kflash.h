@@ -1,5 +1,6 @@
 /* kflash's C interface (C99): softmax, log_softmax and logsumexp of rows held in plain arrays, and
- * their gradients; attention and its merge on arrays described by kflash_array.
+ * their gradients; cross-entropy and its gradient, attention and its merge on arrays described by
+ * kflash_array.
  *
  * Rows: row r of x starts at x + r * x_row_stride and holds `cols` contiguous elements (strides
  * in elements, at least cols when there are two rows or more). A C array x[rows][cols] has
@@ -165,6 +166,36 @@ kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, cons
 kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o_parts,
                                      const kflash_array* lse_parts, const kflash_array* o,
                                      const kflash_array* lse);
+
+/* ---- Cross-entropy ---------------------------------------------------------------------------------
+ * cross_entropy's options, field for field as in the C++ kflash::CrossEntropyOptions. Call
+ * kflash_cross_entropy_options_init first (defaults and struct_size, as for the attention options). */
+typedef struct kflash_cross_entropy_options {
+  size_t struct_size;
+  int64_t ignore_index;   /* rows whose target equals it get loss 0 and gradient 0; default -100 */
+  double label_smoothing; /* epsilon in [0, 1] */
+  double z_loss;          /* coefficient >= 0 of lse^2 added to each row's loss */
+} kflash_cross_entropy_options;
+
+void kflash_cross_entropy_options_init(kflash_cross_entropy_options* options);
+
+/* loss (rows) = the cross-entropy of each row of logits (rows, vocabulary) against targets (rows),
+ * as the C++ kflash::cross_entropy: logits and loss float32 or float64 (one type), targets int32 or
+ * int64. mean (1), the logits' type, gets the mean loss over the rows not ignored (NaN if none); NULL
+ * or data NULL: not wanted. A target outside [0, vocabulary) that is not ignore_index is an error,
+ * and nothing is written. options NULL: the defaults. */
+kflash_status kflash_cross_entropy(kflash_memory memory, const kflash_array* logits, const kflash_array* targets,
+                                   const kflash_array* loss, const kflash_array* mean,
+                                   const kflash_cross_entropy_options* options);
+
+/* dlogits (rows, vocabulary) = dloss[r] times the gradient of row r's loss with respect to its
+ * logits, as the C++ kflash::cross_entropy_backward. dlogits may be the logits' own array (in place:
+ * the same data and strides). lse (rows), the forward's logsumexp of each row, saves a pass over the
+ * logits (NULL or data NULL: computed). dloss and lse have the logits' type. */
+kflash_status kflash_cross_entropy_backward(kflash_memory memory, const kflash_array* logits,
+                                            const kflash_array* targets, const kflash_array* dloss,
+                                            const kflash_array* dlogits, const kflash_array* lse,
+                                            const kflash_cross_entropy_options* options);
 
 #ifdef __cplusplus
 }
