@@ -58,8 +58,59 @@ struct RefTerms {
   std::vector<char> mask;      // the same shape rules: nonzero = visible
   std::size_t mask_b = 1, mask_h = 1;
   std::function<ld(ld, std::size_t, std::size_t, std::size_t, std::size_t)> score_mod;
+  std::function<ld(ld, std::size_t, std::size_t, std::size_t, std::size_t)> score_mod_derivative;  // backward
   std::function<bool(std::size_t, std::size_t, std::size_t, std::size_t)> mask_mod;
 };
+
+/// One pair of the reference: whether query row (b, h, i) sees key j, its final score x, the
+/// magnitude of what was summed into it (its rounding scale), and dx / d(scale q . k) (slope).
+struct RefPair {
+  bool seen = false;
+  ld x = 0, mag = 0, slope = 1;
+};
+
+template <class T>
+RefPair reference_pair(const AttnData<T>& a, ld scale, const RefTerms& t, std::size_t b, std::size_t h, std::size_t i,
+                       std::size_t j) {
+  const AttnShape& s = a.s;
+  const long long right = s.causal ? 0 : t.right;
+  const std::size_t hk = h / (s.Hq / s.Hk);
+  const long long c = (long long)i + (long long)s.Nk - (long long)s.Nq, jj = (long long)j;
+  RefPair r;
+  r.seen = !(t.left >= 0 && jj < c - t.left) && !(right >= 0 && jj > c + right);
+  if (t.mask.size()) r.seen = r.seen && t.mask[(((t.mask_b > 1 ? b : 0) * t.mask_h + (t.mask_h > 1 ? h : 0)) * s.Nq + i) * s.Nk + j];
+  if (t.mask_mod) r.seen = r.seen && t.mask_mod(b, h, i, j);
+  if (!r.seen) return r;
+  const T* qi = &a.q[((b * s.Hq + h) * s.Nq + i) * s.D];
+  const T* kj = &a.k[((b * s.Hk + hk) * s.Nk + j) * s.D];
+  ld dot = 0, absdot = 0;
+  for (std::size_t d = 0; d < s.D; ++d) {
+    dot += ld(qi[d]) * ld(kj[d]);
+    absdot += std::fabs(ld(qi[d]) * ld(kj[d]));
+  }
+  r.x = scale * dot, r.mag = std::fabs(scale) * absdot;
+  if (t.softcap != 0) {
+    const ld th = std::tanh(r.x / t.softcap);
+    r.x = t.softcap * th;
+    r.slope = 1 - th * th;
+    r.mag = 2 * t.softcap;  // tanh's error is absolute, in units of softcap
+  }
+  if (t.slopes.size()) {
+    const ld term = -t.slopes[(t.slopes_batched ? b * s.Hq : 0) + h] * std::fabs(ld(c - jj));
+    r.x += term;
+    r.mag += std::fabs(term);
+  }
+  if (t.bias.size()) {
+    const ld term = t.bias[(((t.bias_b > 1 ? b : 0) * t.bias_h + (t.bias_h > 1 ? h : 0)) * s.Nq + i) * s.Nk + j];
+    r.x += term;
+    if (std::isfinite(term)) r.mag += std::fabs(term);
+  }
+  if (t.score_mod) {
+    if (t.score_mod_derivative) r.slope *= t.score_mod_derivative(r.x, b, h, i, j);
+    r.x = t.score_mod(r.x, b, h, i, j);
+  }
+  return r;
+}
 
 template <class T>
 AttnRef reference_attention(const AttnData<T>& a, ld scale, const RefTerms& t = {}) {
@@ -67,46 +118,19 @@ AttnRef reference_attention(const AttnData<T>& a, ld scale, const RefTerms& t = 
   AttnRef r;
   r.o.assign(s.B * s.Hq * s.Nq * s.Dv, 0);
   r.lse.assign(s.B * s.Hq * s.Nq, -inf<ld>);
-  const long long right = s.causal ? 0 : t.right;
   std::vector<ld> sc(s.Nk);
   std::vector<char> seen(s.Nk);
   for (std::size_t b = 0; b < s.B; ++b)
     for (std::size_t h = 0; h < s.Hq; ++h) {
       const std::size_t hk = h / (s.Hq / s.Hk);
       for (std::size_t i = 0; i < s.Nq; ++i) {
-        const T* qi = &a.q[((b * s.Hq + h) * s.Nq + i) * s.D];
-        const long long c = (long long)i + (long long)s.Nk - (long long)s.Nq;
         ld m = -inf<ld>;
         for (std::size_t j = 0; j < s.Nk; ++j) {
-          const long long jj = (long long)j;
-          seen[j] = !(t.left >= 0 && jj < c - t.left) && !(right >= 0 && jj > c + right);
-          if (t.mask.size()) seen[j] = seen[j] && t.mask[(((t.mask_b > 1 ? b : 0) * t.mask_h + (t.mask_h > 1 ? h : 0)) * s.Nq + i) * s.Nk + j];
-          if (t.mask_mod) seen[j] = seen[j] && t.mask_mod(b, h, i, j);
+          const RefPair pair = reference_pair(a, scale, t, b, h, i, j);
+          seen[j] = pair.seen;
           if (!seen[j]) continue;
-          const T* kj = &a.k[((b * s.Hk + hk) * s.Nk + j) * s.D];
-          ld dot = 0, absdot = 0;
-          for (std::size_t d = 0; d < s.D; ++d) {
-            dot += ld(qi[d]) * ld(kj[d]);
-            absdot += std::fabs(ld(qi[d]) * ld(kj[d]));
-          }
-          ld x = scale * dot, mag = std::fabs(scale) * absdot;
-          if (t.softcap != 0) {
-            x = t.softcap * std::tanh(x / t.softcap);
-            mag = 2 * t.softcap;  // tanh's error is absolute, in units of softcap
-          }
-          if (t.slopes.size()) {
-            const ld term = -t.slopes[(t.slopes_batched ? b * s.Hq : 0) + h] * std::fabs(ld(c - jj));
-            x += term;
-            mag += std::fabs(term);
-          }
-          if (t.bias.size()) {
-            const ld term = t.bias[(((t.bias_b > 1 ? b : 0) * t.bias_h + (t.bias_h > 1 ? h : 0)) * s.Nq + i) * s.Nk + j];
-            x += term;
-            if (std::isfinite(term)) mag += std::fabs(term);
-          }
-          if (t.score_mod) x = t.score_mod(x, b, h, i, j);
-          sc[j] = x;
-          r.max_abs_dot = std::max(r.max_abs_dot, mag);
+          sc[j] = pair.x;
+          r.max_abs_dot = std::max(r.max_abs_dot, pair.mag);
           m = std::max(m, sc[j]);
         }
         const ld sink = t.sinks.size() ? t.sinks[h] : -inf<ld>;

@@ -15,16 +15,16 @@ namespace impl {
 
 /// attention() for any View ranks: checks them and the options, builds the call's plan, terms and
 /// sequences (dense, varlen or paged), and hands them to run(p, terms, seq, q, k, v, o, lse,
-/// has_lse) with the Views as the kernels read them.
+/// has_lse) with the Views as the kernels read them, unless the call has no query row. fn: the call
+/// its messages name (attention_backward checks its forward arguments here too).
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class ScoreMod, class MaskMod,
           class Run>
 void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
                     const AttentionOptions& opt, const LV& lse, bool has_lse, const ScoreMod& score_mod,
-                    const MaskMod& mask_mod, const Run& run) {
+                    const MaskMod& mask_mod, const Run& run, const char* fn = "attention") {
   (void)exec;
   using T = typename OV::non_const_value_type;
   using Mem = typename ExecSpace::memory_space;
-  const char* fn = "attention";
   const CallScope<ExecSpace> call(fn);
   const bool varlen = !opt.cu_seqlens_q.empty() || !opt.cu_seqlens_k.empty();
   const bool paged = !opt.block_table.empty() || !opt.cache_seqlens.empty();

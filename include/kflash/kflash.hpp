@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kflash/attention.hpp>
+#include <kflash/attention_backward.hpp>
 #include <kflash/attention_state.hpp>
 #include <kflash/attention_stream.hpp>
 #include <kflash/cross_entropy.hpp>

@@ -130,6 +130,25 @@ struct ScoreStage {
   KOKKOS_INLINE_FUNCTION T modified(T raw, const RowAt& row, index_t j) const {
     T s = raw;
     if (opt.softcap != T(0)) s = opt.softcap * impl::tanh(s * opt.inv_softcap);
+    return modified_after_softcap(s, row, j);
+  }
+  /// The score of pair (row, key j) as operator() gives it, and in `slope` its derivative with respect
+  /// to raw (attention_backward's chain rule): softcap's 1 - tanh^2 times the user's
+  /// score_mod.derivative(score, b, h, i, j) at the score it was given; ALiBi and bias add constants.
+  KOKKOS_INLINE_FUNCTION T score_and_slope(T raw, const RowAt& row, index_t j, T& slope) const {
+    slope = T(1);
+    T s = raw;
+    if (opt.softcap != T(0)) {
+      const T t = impl::tanh(s * opt.inv_softcap);
+      s = opt.softcap * t;
+      slope = T(1) - t * t;
+    }
+    s = modified_after_softcap(s, row, j);
+    if constexpr (user_score) slope *= score_mod.derivative(s, row.b, row.h, row.i, j);
+    return user_and_masks(s, row, j, true);
+  }
+  /// ALiBi and bias, the modifiers after softcap.
+  KOKKOS_INLINE_FUNCTION T modified_after_softcap(T s, const RowAt& row, index_t j) const {
     if (opt.alibi.on()) {
       const index_t d = row.c - j;
       s -= opt.alibi(row.b, row.h) * T(d < 0 ? -d : d);
@@ -154,6 +173,40 @@ KOKKOS_INLINE_FUNCTION T staged_score(const Stage& stage, T raw, const RowAt& ro
                                       index_t t0) {
   if (!keys.contains(j)) return -infinity<T>();
   return stage.active ? stage(raw, row, t0 + j) : raw;
+}
+
+/// Whether a user score_mod F of T scores has the member attention_backward needs:
+///   T derivative(T score, b, h, i, j) const   (d score_mod / d score at score).
+template <class F, class T, class = void>
+struct has_score_derivative : std::false_type {};
+template <class F, class T>
+struct has_score_derivative<F, T,
+                            std::void_t<decltype(std::declval<const F&>().derivative(
+                                std::declval<T>(), index_t(), index_t(), index_t(), index_t()))>>
+    : std::true_type {};
+
+/// One pair's share of attention's gradients (FlashAttention 2's backward step): its probability p
+/// = exp(s - lse) under the row's forward lse, and dS = p (dP - D) carried back to the raw score
+/// scale * q . k through the score stage (draw). A pair the masks hide is not visible: it takes no
+/// part (not even 0 times a NaN of its q, k or v).
+template <class T>
+struct PairGrad {
+  bool visible;
+  T p;
+  T draw;
+};
+
+/// The PairGrad of the pair (row, key j) whose raw score is raw, for a row of forward lse `lse`,
+/// dP = dout_i . v_j and D = dout_i . o_i. A row without visible keys has lse = -inf and no visible
+/// pair (or only its sink): nothing flows back; a NaN anywhere gives NaN.
+template <class Stage, class T>
+KOKKOS_INLINE_FUNCTION PairGrad<T> pair_grad(const Stage& stage, T raw, const RowAt& row, index_t j, T lse, T dp,
+                                             T delta) {
+  T slope = T(1);
+  const T s = stage.active ? stage.score_and_slope(raw, row, j, slope) : raw;
+  if (s == -infinity<T>()) return {false, T(0), T(0)};
+  const T p = exp(s - lse);
+  return {true, p, p * (dp - delta) * slope};
 }
 
 /// The rows of a tile for tile_steps, each read through score(k) (an accessor j -> score j of row

@@ -1,0 +1,130 @@
+// attention_backward (GUIDE §8): the gradients of sum <dout, o> for o = attention(q, k, v, options)
+// with respect to q, k and v, from the forward's o and lse, deterministic.
+#pragma once
+
+#include <kflash/attention.hpp>
+#include <kflash/impl/schedule/attention_backward.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace kflash {
+namespace impl {
+
+/// The gradient Views as the kernels read them: varlen's packed (total, H, D) Views as (b, h, i, d)
+/// rows of the sequences' offsets, dense Views as they are.
+template <class View, class Mem>
+auto backward_rows(const View& view, const Kokkos::View<const index_t*, Mem>& start, index_t B, index_t N) {
+  if constexpr (view_rank<View> == 3) return PackedRows<View, Mem>{{}, view, start, B, N};
+  else return view;
+}
+
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
+          class DVV, class ScoreMod, class MaskMod>
+void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
+                             const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv,
+                             const AttentionOptions& opt, const ScoreMod& score_mod, const MaskMod& mask_mod) {
+  using T = typename OV::non_const_value_type;
+  static_assert(std::is_same<ScoreMod, NoScoreMod>::value || has_score_derivative<ScoreMod, T>::value,
+                "kflash::attention_backward: a score_mod works backward only with a member "
+                "KOKKOS_FUNCTION T derivative(T score, b, h, i, j) const (d score_mod / d score)");
+  static_check_view<ExecSpace, DOV, false>();
+  static_check_view<ExecSpace, DQV, true>();
+  static_check_view<ExecSpace, DKV, true>();
+  static_check_view<ExecSpace, DVV, true>();
+  static_check_same_type<OV, DOV>();
+  static_check_same_type<OV, DQV>();
+  static_check_same_type<OV, DKV>();
+  static_check_same_type<OV, DVV>();
+  const char* fn = "attention_backward";
+  const CallScope<ExecSpace> call(fn);
+  if (!opt.block_table.empty() || !opt.cache_seqlens.empty())
+    throw_invalid_argument(fn, "paged K/V (options.block_table, options.cache_seqlens) is for inference only: it has "
+                               "no backward");
+  require_same_shape(fn, "o", o, "dout", dout);
+  require_same_shape(fn, "q", q, "dq", dq);
+  require_same_shape(fn, "k", k, "dk", dk);
+  require_same_shape(fn, "v", v, "dv", dv);
+  const auto outputs_apart_from = [&](const char* name, const auto& in) {
+    require_disjoint(fn, "dq", dq, name, in);
+    require_disjoint(fn, "dk", dk, name, in);
+    require_disjoint(fn, "dv", dv, name, in);
+  };
+  outputs_apart_from("q", q), outputs_apart_from("k", k), outputs_apart_from("v", v);
+  outputs_apart_from("o", o), outputs_apart_from("lse", lse), outputs_apart_from("dout", dout);
+  require_disjoint(fn, "dk", dk, "dq", dq);
+  require_disjoint(fn, "dv", dv, "dq", dq);
+  require_disjoint(fn, "dv", dv, "dk", dk);
+  require_disjoint_from_options(fn, "dq", dq, opt);
+  require_disjoint_from_options(fn, "dk", dk, opt);
+  require_disjoint_from_options(fn, "dv", dv, opt);
+  constexpr bool ranks_match = view_rank<DOV> == view_rank<OV> && view_rank<DQV> == view_rank<QV> &&
+                               view_rank<DKV> == view_rank<KV> && view_rank<DVV> == view_rank<VV>;
+  if constexpr (ranks_match) {  // (else require_same_shape threw)
+    bool ran = false;
+    // The forward's checks (shapes, options) name their call "attention": a backward call's name them
+    // attention_backward.
+    try {
+      attention_impl(
+          exec, q, k, v, o, opt, lse, true, score_mod, mask_mod,
+          [&](const AttentionPlan& p, const auto& terms, const auto& seq, const auto& qa, const auto& ka, const auto& va,
+              const auto& oa, const auto& la, bool) {
+            ran = true;
+            run_attention_backward(exec, p, terms, seq, qa, ka, va, oa, la, backward_rows(dout, seq.cu_q, p.B, p.Nq),
+                                   backward_rows(dq, seq.cu_q, p.B, p.Nq), backward_rows(dk, seq.cu_k, p.B, p.Nk),
+                                   backward_rows(dv, seq.cu_k, p.B, p.Nk));
+          },
+          fn);
+    } catch (const std::invalid_argument& e) {
+      const std::string forward = "kflash::attention: ", message = e.what();
+      if (message.rfind(forward, 0) != 0) throw;
+      throw std::invalid_argument("kflash::attention_backward: " + message.substr(forward.size()));
+    }
+    if (!ran) {  // no query row: no key receives a gradient
+      zero_fill(exec, dk);
+      zero_fill(exec, dv);
+      exec.fence();
+    }
+  }
+}
+
+}  // namespace impl
+
+/// The gradients of sum <dout, o> for o = attention(exec, q, k, v, o, options, lse) with respect to
+/// q, k and v (FlashAttention 2's algorithm: P recomputed from the forward's lse, dS = P (dP - D),
+/// D = rowsum(dout * o)):
+///   dq shaped like q, dk like k, dv like v, dout like o; o and lse as the forward wrote them.
+/// Every forward option works backward (causal, windows, softcap through tanh's derivative, ALiBi,
+/// sinks, bias, mask, block_mask, varlen, GQA/MQA with dk and dv summed over each group, Dv != D),
+/// Views of any layout. Paged K/V is inference-only and throws std::invalid_argument. Rows without
+/// a visible key give nothing; a masked pair gives exactly 0; NaN propagates. Deterministic: no
+/// atomics, the same gradients run to run and for any number of threads. Returns when they are written.
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
+          class DVV, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
+                        const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv,
+                        const AttentionOptions& options = {}) {
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, NoScoreMod(), NoMaskMod());
+}
+
+/// The same with the forward's user functors; a score_mod needs a member
+///   KOKKOS_FUNCTION T derivative(T score, b, h, i, j) const   (d score_mod / d score at score).
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
+          class DVV, class ScoreMod, class MaskMod,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
+                        const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv, const AttentionOptions& options,
+                        const ScoreMod& score_mod, const MaskMod& mask_mod) {
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, score_mod, mask_mod);
+}
+
+/// The same, on the default execution space of o's View.
+template <class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV, class DVV,
+          std::enable_if_t<Kokkos::is_view<QV>::value, int> = 0>
+void attention_backward(const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, const DOV& dout,
+                        const DQV& dq, const DKV& dk, const DVV& dv, const AttentionOptions& options = {}) {
+  attention_backward(impl::default_space<OV>("attention_backward"), q, k, v, o, lse, dout, dq, dk, dv, options);
+}
+
+}  // namespace kflash
