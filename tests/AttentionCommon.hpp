@@ -63,10 +63,11 @@ struct RefTerms {
 };
 
 /// One pair of the reference: whether query row (b, h, i) sees key j, its final score x, the
-/// magnitude of what was summed into it (its rounding scale), and dx / d(scale q . k) (slope).
+/// magnitude of what was summed into it (its rounding scale), dx / d(scale q . k) (slope) and dx /
+/// d(the score after softcap, ALiBi and bias) (mod_slope: the score_mod's derivative).
 struct RefPair {
   bool seen = false;
-  ld x = 0, mag = 0, slope = 1;
+  ld x = 0, mag = 0, slope = 1, mod_slope = 1;
 };
 
 template <class T>
@@ -106,7 +107,8 @@ RefPair reference_pair(const AttnData<T>& a, ld scale, const RefTerms& t, std::s
     if (std::isfinite(term)) r.mag += std::fabs(term);
   }
   if (t.score_mod) {
-    if (t.score_mod_derivative) r.slope *= t.score_mod_derivative(r.x, b, h, i, j);
+    if (t.score_mod_derivative) r.mod_slope = t.score_mod_derivative(r.x, b, h, i, j);
+    r.slope *= r.mod_slope;
     r.x = t.score_mod(r.x, b, h, i, j);
   }
   return r;

@@ -9,14 +9,16 @@
 
 namespace kflash_test {
 
-/// dq, dk, dv in logical (b, h, n, d) order.
+/// dq, dk, dv in logical (b, h, n, d) order; dsinks (Hq) and dbias (the bias's shape, row-major)
+/// where the terms have sinks and a bias.
 struct AttnGrads {
-  std::vector<ld> dq, dk, dv;
+  std::vector<ld> dq, dk, dv, dsinks, dbias;
 };
 
 /// The gradients of sum <dout, o> in long double: per visible pair P = exp(x - lse), dP = dout_i .
 /// v_j, dS = P (dP - D_i) slope, D_i = dout_i . o_i; dq_i += dS scale k_j, dk_j += dS scale q_i,
-/// dv_j += P dout_i.
+/// dv_j += P dout_i; the bias entry of the pair += P (dP - D_i) mod_slope; dsinks_h -= exp(sink_h -
+/// lse) D_i per row.
 template <class T>
 AttnGrads reference_attention_backward(const AttnData<T>& a, ld scale, const RefTerms& t, const std::vector<ld>& dout) {
   const AttnShape& s = a.s;
@@ -25,6 +27,8 @@ AttnGrads reference_attention_backward(const AttnData<T>& a, ld scale, const Ref
   g.dq.assign(s.B * s.Hq * s.Nq * s.D, 0);
   g.dk.assign(s.B * s.Hk * s.Nk * s.D, 0);
   g.dv.assign(s.B * s.Hk * s.Nk * s.Dv, 0);
+  g.dsinks.assign(t.sinks.size(), 0);
+  g.dbias.assign(t.bias.size(), 0);
   for (std::size_t b = 0; b < s.B; ++b)
     for (std::size_t h = 0; h < s.Hq; ++h) {
       const std::size_t hk = h / (s.Hq / s.Hk);
@@ -35,6 +39,7 @@ AttnGrads reference_attention_backward(const AttnData<T>& a, ld scale, const Ref
         const ld* dO = &dout[row * s.Dv];
         ld delta = 0;
         for (std::size_t d = 0; d < s.Dv; ++d) delta += dO[d] * f.o[row * s.Dv + d];
+        if (t.sinks.size()) g.dsinks[h] -= std::exp(t.sinks[h] - lse) * delta;
         for (std::size_t j = 0; j < s.Nk; ++j) {
           const RefPair pair = reference_pair(a, scale, t, b, h, i, j);
           if (!pair.seen) continue;
@@ -42,6 +47,9 @@ AttnGrads reference_attention_backward(const AttnData<T>& a, ld scale, const Ref
           const ld p = std::exp(pair.x - lse);
           ld dp = 0;
           for (std::size_t d = 0; d < s.Dv; ++d) dp += dO[d] * ld(a.v[key * s.Dv + d]);
+          if (t.bias.size())
+            g.dbias[(((t.bias_b > 1 ? b : 0) * t.bias_h + (t.bias_h > 1 ? h : 0)) * s.Nq + i) * s.Nk + j] +=
+                p * (dp - delta) * pair.mod_slope;
           const ld ds = p * (dp - delta) * pair.slope * scale;
           for (std::size_t d = 0; d < s.D; ++d) {
             g.dq[row * s.D + d] += ds * ld(a.k[key * s.D + d]);
@@ -71,16 +79,38 @@ AttnGrads run_backward(const AttnData<T>& a, const kflash::AttentionOptions& opt
   auto dk = make_tensor<T>(s.B, s.Hk, s.Nk, s.D, bnhd, std::vector<T>(s.B * s.Hk * s.Nk * s.D, T(9)));
   auto dv = make_tensor<T>(s.B, s.Hk, s.Nk, s.Dv, bnhd, std::vector<T>(s.B * s.Hk * s.Nk * s.Dv, T(9)));
   Kokkos::View<T***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  // The options' gradients wherever the options are set, in Views poisoned with 9.
+  kflash::AttentionGrads grads;
+  Kokkos::View<T*, AMem> dsinks;
+  Kokkos::View<T****, AMem> dbias;
+  if (!opt.sinks.empty()) {
+    dsinks = Kokkos::View<T*, AMem>("dsinks", opt.sinks.extent(0));
+    Kokkos::deep_copy(dsinks, T(9));
+    grads.dsinks = dsinks;
+  }
+  if (!opt.bias.empty()) {
+    dbias = Kokkos::View<T****, AMem>("dbias", opt.bias.extent(0), opt.bias.extent(1), opt.bias.extent(2),
+                                      opt.bias.extent(3));
+    Kokkos::deep_copy(dbias, T(9));
+    grads.dbias = dbias;
+  }
   constexpr bool plain = std::is_same<ScoreMod, kflash::NoScoreMod>::value && std::is_same<MaskMod, kflash::NoMaskMod>::value;
   if constexpr (plain) {
     kflash::attention(AExec(), q.view, k.view, v.view, o.view, opt, lse);
-    kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view, opt);
+    kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view, opt,
+                               grads);
   } else {
     kflash::attention(AExec(), q.view, k.view, v.view, o.view, opt, lse, score_mod, mask_mod);
     kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view, opt,
-                               score_mod, mask_mod);
+                               grads, score_mod, mask_mod);
   }
-  return {flatten4(dq.view), flatten4(dk.view), flatten4(dv.view)};
+  AttnGrads got{flatten4(dq.view), flatten4(dk.view), flatten4(dv.view), {}, {}};
+  if (dsinks.size()) {
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dsinks);
+    got.dsinks.assign(h.data(), h.data() + h.size());
+  }
+  if (dbias.size()) got.dbias = flatten4(dbias);
+  return got;
 }
 
 /// GUIDE §8's bound per gradient: max |error| / max |reference| <= 1e-4 (fp32), 1e-11 (fp64); a
@@ -89,7 +119,11 @@ template <class T>
 void expect_grads_match(const AttnGrads& ref, const AttnGrads& got, const std::string& what) {
   const ld rel = std::is_same<T, float>::value ? 1e-4L : 1e-11L;
   const std::pair<const char*, std::pair<const std::vector<ld>*, const std::vector<ld>*>> grads[] = {
-      {"dq", {&ref.dq, &got.dq}}, {"dk", {&ref.dk, &got.dk}}, {"dv", {&ref.dv, &got.dv}}};
+      {"dq", {&ref.dq, &got.dq}},
+      {"dk", {&ref.dk, &got.dk}},
+      {"dv", {&ref.dv, &got.dv}},
+      {"dsinks", {&ref.dsinks, &got.dsinks}},
+      {"dbias", {&ref.dbias, &got.dbias}}};
   for (const auto& g : grads) {
     const std::vector<ld>& r = *g.second.first;
     const std::vector<ld>& x = *g.second.second;
@@ -317,8 +351,8 @@ TYPED_TEST(AttentionBackwardTest, Deterministic) {
 
 TYPED_TEST(AttentionBackwardTest, ReferenceMatchesFiniteDifferences) {
   // The reference gradients against central differences of the reference loss sum <dout, o> (long
-  // double, step 1e-5: truncation ~1e-10), every element of q, k and v, with softcap, ALiBi, a
-  // bias, a sink, a window and the cubic score_mod.
+  // double, step 1e-5: truncation ~1e-10), every element of q, k, v, the sinks and the bias, with
+  // softcap, ALiBi, a bias, sinks, a window and the cubic score_mod.
   AttnData<ld> a{{1, 2, 1, 4, 6, 3, 5, true}, {}, {}, {}};
   a.q = uniform_values<double>(2 * 4 * 3, 370, -1, 1);
   a.k = uniform_values<double>(6 * 3, 371, -1, 1);
@@ -333,8 +367,8 @@ TYPED_TEST(AttentionBackwardTest, ReferenceMatchesFiniteDifferences) {
   t.score_mod_derivative = [](ld s, std::size_t, std::size_t, std::size_t, std::size_t) { return 1 - s * s / 10; };
   const ld scale = 0.7;
   const AttnGrads g = reference_attention_backward(a, scale, t, dout);
-  const auto loss = [&](const AttnData<ld>& x) {
-    const AttnRef r = reference_attention(x, scale, t);
+  const auto loss = [&](const AttnData<ld>& x, const RefTerms& terms) {
+    const AttnRef r = reference_attention(x, scale, terms);
     ld sum = 0;
     for (std::size_t n = 0; n < dout.size(); ++n) sum += dout[n] * r.o[n];
     return sum;
@@ -347,8 +381,20 @@ TYPED_TEST(AttentionBackwardTest, ReferenceMatchesFiniteDifferences) {
       AttnData<ld> up = a, down = a;
       (up.*in.first)[n] += step;
       (down.*in.first)[n] -= step;
-      const ld fd = (loss(up) - loss(down)) / (2 * step);
+      const ld fd = (loss(up, t) - loss(down, t)) / (2 * step);
       EXPECT_NEAR(double(fd), double((*in.second)[n]), 1e-8) << "element " << n;
+    }
+  }
+  const std::pair<std::vector<ld> RefTerms::*, const std::vector<ld>*> options[] = {{&RefTerms::sinks, &g.dsinks},
+                                                                                   {&RefTerms::bias, &g.dbias}};
+  for (const auto& in : options) {
+    ASSERT_EQ((t.*in.first).size(), in.second->size());
+    for (std::size_t n = 0; n < in.second->size(); ++n) {
+      RefTerms up = t, down = t;
+      (up.*in.first)[n] += step;
+      (down.*in.first)[n] -= step;
+      const ld fd = (loss(a, up) - loss(a, down)) / (2 * step);
+      EXPECT_NEAR(double(fd), double((*in.second)[n]), 1e-8) << "option element " << n;
     }
   }
 }
@@ -384,6 +430,26 @@ TYPED_TEST(AttentionBackwardTest, BadInputThrows) {
   });
   expect_throw("dq over q", "dq", [&] {
     kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, q.view, dk.view, dv.view);
+  });
+  kflash::AttentionGrads grads;
+  grads.dsinks = Kokkos::View<T*, AMem>("dsinks", s.Hq);
+  expect_throw("dsinks without sinks", "grads.dsinks (2) is set, but options.sinks is not", [&] {
+    kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view, opt,
+                               grads);
+  });
+  kflash::AttentionOptions biased;
+  biased.bias = Kokkos::View<T****, AMem>("bias", 1, s.Hq, s.Nq, s.Nk);
+  kflash::AttentionGrads wrong_bias;
+  wrong_bias.dbias = Kokkos::View<T****, AMem>("dbias", 1, 1, s.Nq, s.Nk);
+  expect_throw("dbias not like bias", "grads.dbias (1, 1, 5, 7) must have the shape of options.bias (1, 2, 5, 7)", [&] {
+    kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view,
+                               biased, wrong_bias);
+  });
+  kflash::AttentionGrads const_bias;
+  const_bias.dbias = Kokkos::View<const T****, AMem>(Kokkos::View<T****, AMem>("dbias", 1, s.Hq, s.Nq, s.Nk));
+  expect_throw("const dbias", "must not hold const values", [&] {
+    kflash::attention_backward(AExec(), q.view, k.view, v.view, o.view, lse, dO.view, dq.view, dk.view, dv.view,
+                               biased, const_bias);
   });
   kflash::AttentionOptions paged;
   paged.block_table = Kokkos::View<std::int32_t**, AMem>("table", 1, 1);

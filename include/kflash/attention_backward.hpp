@@ -10,7 +10,41 @@
 #include <type_traits>
 
 namespace kflash {
+
+/// The gradients attention_backward computes beyond dq, dk and dv, each off while empty (a plain
+/// struct of Views, as AttentionOptions):
+struct AttentionGrads {
+  /// (Hq), of q's value type: the gradient of options.sinks (which must be set).
+  OptionView dsinks;
+  /// options.bias's shape (B or 1, Hq or 1, Nq, Nk), of q's value type: the gradient of options.bias
+  /// (which must be set), summed over the extents the bias broadcasts.
+  OptionView dbias;
+};
+
 namespace impl {
+
+/// An output option of AttentionGrads as an unmanaged View of rank R over its strides; throws
+/// std::invalid_argument unless it is writable, of value type T, readable by ExecSpace and shaped
+/// like `like` (the option it is the gradient of).
+template <int R, class ExecSpace, class T>
+auto grad_view(const char* fn, const OptionView& grad, const char* name, const OptionView& like,
+               const char* like_name) {
+  using View = Kokkos::View<std::conditional_t<R == 1, T*, T****>, Kokkos::LayoutStride,
+                            typename ExecSpace::memory_space, Kokkos::MemoryUnmanaged>;
+  if (grad.empty()) return View();
+  const std::string got = describe(name, grad);
+  if (like.empty()) throw_invalid_argument(fn, got + " is set, but " + like_name + " is not");
+  if (!grad.holds<T>()) throw_invalid_argument(fn, got + " must hold the value type of q, k and v");
+  if (!grad.writable()) throw_invalid_argument(fn, got + " is written: it must not hold const values");
+  if (!grad.accessible_from<ExecSpace>())
+    throw_invalid_argument(fn, got + " is in a memory space that " + ExecSpace::name() + " cannot write");
+  bool same = grad.rank() == R && like.rank() == R;
+  for (int d = 0; d < R; ++d) same = same && grad.extent(d) == like.extent(d);
+  if (!same) throw_invalid_argument(fn, got + " must have the shape of " + describe(like_name, like));
+  Kokkos::LayoutStride layout;
+  for (int d = 0; d < R; ++d) layout.dimension[d] = grad.extent(d), layout.stride[d] = std::size_t(grad.stride(d));
+  return View(static_cast<T*>(const_cast<void*>(grad.data())), layout);
+}
 
 /// The gradient Views as the kernels read them: varlen's packed (total, H, D) Views as (b, h, i, d)
 /// rows of the sequences' offsets, dense Views as they are.
@@ -24,7 +58,8 @@ template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, cla
           class DVV, class ScoreMod, class MaskMod>
 void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
                              const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv,
-                             const AttentionOptions& opt, const ScoreMod& score_mod, const MaskMod& mask_mod) {
+                             const AttentionOptions& opt, const AttentionGrads& grads, const ScoreMod& score_mod,
+                             const MaskMod& mask_mod) {
   using T = typename OV::non_const_value_type;
   static_assert(std::is_same<ScoreMod, NoScoreMod>::value || has_score_derivative<ScoreMod, T>::value,
                 "kflash::attention_backward: a score_mod works backward only with a member "
@@ -59,6 +94,25 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
   require_disjoint_from_options(fn, "dq", dq, opt);
   require_disjoint_from_options(fn, "dk", dk, opt);
   require_disjoint_from_options(fn, "dv", dv, opt);
+  OptionGrads<T, typename ExecSpace::memory_space> option_grads;
+  option_grads.dsinks = grad_view<1, ExecSpace, T>(fn, grads.dsinks, "grads.dsinks", opt.sinks, "options.sinks");
+  option_grads.dbias = grad_view<4, ExecSpace, T>(fn, grads.dbias, "grads.dbias", opt.bias, "options.bias");
+  const std::pair<const char*, const OptionView*> written[] = {{"grads.dsinks", &grads.dsinks},
+                                                               {"grads.dbias", &grads.dbias}};
+  for (const auto& g : written) {
+    if (g.second->empty()) continue;
+    const auto apart = [&](const char* name, const auto& in) {
+      if (bytes_overlap(g.second->data(), footprint_bytes(*g.second), in.data(), footprint_bytes(in)))
+        throw_aliased(fn, describe(g.first, *g.second), describe(name, in));
+    };
+    apart("q", q), apart("k", k), apart("v", v), apart("o", o), apart("lse", lse), apart("dout", dout);
+    apart("dq", dq), apart("dk", dk), apart("dv", dv);
+    require_disjoint_from_options(fn, g.first, *g.second, opt);
+  }
+  if (!grads.dsinks.empty() && !grads.dbias.empty() &&
+      bytes_overlap(grads.dsinks.data(), footprint_bytes(grads.dsinks), grads.dbias.data(),
+                    footprint_bytes(grads.dbias)))
+    throw_aliased(fn, describe("grads.dsinks", grads.dsinks), describe("grads.dbias", grads.dbias));
   constexpr bool ranks_match = view_rank<DOV> == view_rank<OV> && view_rank<DQV> == view_rank<QV> &&
                                view_rank<DKV> == view_rank<KV> && view_rank<DVV> == view_rank<VV>;
   if constexpr (ranks_match) {  // (else require_same_shape threw)
@@ -73,7 +127,7 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
             ran = true;
             run_attention_backward(exec, p, terms, seq, qa, ka, va, oa, la, backward_rows(dout, seq.cu_q, p.B, p.Nq),
                                    backward_rows(dq, seq.cu_q, p.B, p.Nq), backward_rows(dk, seq.cu_k, p.B, p.Nk),
-                                   backward_rows(dv, seq.cu_k, p.B, p.Nk));
+                                   backward_rows(dv, seq.cu_k, p.B, p.Nk), option_grads);
           },
           fn);
     } catch (const std::invalid_argument& e) {
@@ -81,9 +135,11 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
       if (message.rfind(forward, 0) != 0) throw;
       throw std::invalid_argument("kflash::attention_backward: " + message.substr(forward.size()));
     }
-    if (!ran) {  // no query row: no key receives a gradient
+    if (!ran) {  // no query row: nothing receives a gradient
       zero_fill(exec, dk);
       zero_fill(exec, dv);
+      if (option_grads.dsinks.data()) Kokkos::deep_copy(exec, option_grads.dsinks, T(0));
+      if (option_grads.dbias.data()) zero_fill(exec, option_grads.dbias);
       exec.fence();
     }
   }
@@ -105,7 +161,17 @@ template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, cla
 void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
                         const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv,
                         const AttentionOptions& options = {}) {
-  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, NoScoreMod(), NoMaskMod());
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, AttentionGrads(), NoScoreMod(),
+                                NoMaskMod());
+}
+
+/// The same, also writing the gradients `grads` asks for (dsinks, dbias).
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
+          class DVV, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
+                        const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv, const AttentionOptions& options,
+                        const AttentionGrads& grads) {
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, grads, NoScoreMod(), NoMaskMod());
 }
 
 /// The same with the forward's user functors; a score_mod needs a member
@@ -116,7 +182,18 @@ template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, cla
 void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
                         const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv, const AttentionOptions& options,
                         const ScoreMod& score_mod, const MaskMod& mask_mod) {
-  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, score_mod, mask_mod);
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, AttentionGrads(), score_mod,
+                                mask_mod);
+}
+
+/// The same with grads.
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
+          class DVV, class ScoreMod, class MaskMod,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
+                        const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv, const AttentionOptions& options,
+                        const AttentionGrads& grads, const ScoreMod& score_mod, const MaskMod& mask_mod) {
+  impl::attention_backward_impl(exec, q, k, v, o, lse, dout, dq, dk, dv, options, grads, score_mod, mask_mod);
 }
 
 /// The same, on the default execution space of o's View.

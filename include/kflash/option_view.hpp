@@ -58,6 +58,7 @@ class OptionView {
         };
       }
     }
+    writable_ = !std::is_const<typename View::value_type>::value;
     host_accessible_ = Kokkos::SpaceAccessibility<Kokkos::DefaultHostExecutionSpace, memory>::accessible;
     device_accessible_ = Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace, memory>::accessible;
   }
@@ -67,6 +68,8 @@ class OptionView {
   std::size_t extent(int i) const { return i < rank_ ? extent_[i] : 1; }
   std::int64_t stride(int i) const { return i < rank_ ? stride_[i] : 0; }
   const void* data() const { return data_; }
+  /// Whether the View's values may be written (not const): an output such as AttentionGrads'.
+  bool writable() const { return writable_; }
   /// The bytes from the first element to the end of the last (0 when there is none).
   std::size_t footprint_bytes() const {
     if (empty() || data_ == nullptr) return 0;
@@ -124,6 +127,7 @@ class OptionView {
   std::size_t extent_[4] = {1, 1, 1, 1};
   std::int64_t stride_[4] = {0, 0, 0, 0};
   Value value_ = Value::other;
+  bool writable_ = false;
   bool host_accessible_ = false;
   bool device_accessible_ = false;
   std::function<std::vector<std::int64_t>()> host_integers_;

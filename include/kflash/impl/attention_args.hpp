@@ -112,6 +112,9 @@ inline std::string describe(const char* name, const OptionView& v) {
   return describe_extents(name, v.rank(), extents);
 }
 
+/// The bytes an OptionView's values span (as footprint_bytes of a View).
+inline std::size_t footprint_bytes(const OptionView& v) { return v.footprint_bytes(); }
+
 /// Throws unless the output `out` and every option array of `opt` occupy disjoint memory (an output
 /// over the varlen offsets or the block table would rewrite them while the call reads them).
 template <class Out>

@@ -3,7 +3,8 @@
 // owns each key (summing over the query heads of its group), each recomputing its pairs' P from the
 // forward's lse through the tile layer's pair_grad. No atomics: each gradient element is written by
 // one thread in a fixed order, so the gradients are bit-identical run to run and for any number of
-// threads. Extra memory: D, one value per query row.
+// threads. Extra memory: D, one value per query row. The options' gradients (sinks, bias) by the
+// thread that owns each of their entries, the same way.
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
@@ -114,6 +115,58 @@ struct BackwardDkvKernel {
   }
 };
 
+/// The gradients of the options that have one, as unmanaged Views (null where not asked for): dsinks
+/// (Hq) and dbias in the bias's own shape (B or 1, Hq or 1, Nq, Nk).
+template <class T, class Mem>
+struct OptionGrads {
+  Kokkos::View<T*, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dsinks;
+  Kokkos::View<T****, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dbias;
+};
+
+/// dsinks(h) = -sum over the rows (b, i) of query head h of exp(sink_h - lse) D: a sink's
+/// probability takes its share of every row's output away (its value is 0). By query head.
+template <class Pairs, class DS>
+struct BackwardDsinksKernel {
+  Pairs pairs;
+  DS dsinks;
+  KOKKOS_INLINE_FUNCTION void operator()(index_t h) const {
+    const auto sink = pairs.terms.sinks(h);
+    typename Pairs::T sum = 0;
+    for (index_t b = 0; b < pairs.p.B; ++b)
+      for (index_t i = 0; i < pairs.seq.nq(b); ++i) {
+        const typename Pairs::T lse = pairs.lse(b, h, i);
+        if (lse != -infinity<typename Pairs::T>()) sum -= exp(sink - lse) * pairs.delta(b, h, i);  // else no mass
+      }
+    dsinks(h) = sum;
+  }
+};
+
+/// dbias(bb, hb, i, j) = sum of the pair's dmod over the batches and query heads the entry is
+/// broadcast to (one, or all where the bias's extent is 1), in order. By bias entry.
+template <class Pairs, class DB>
+struct BackwardDbiasKernel {
+  Pairs pairs;
+  DB dbias;
+  KOKKOS_INLINE_FUNCTION void operator()(index_t n) const {
+    const AttentionPlan& p = pairs.p;
+    const index_t nk_ = dbias.extent(3), nq_ = dbias.extent(2), eh = dbias.extent(1);
+    const index_t j = n % nk_, i = n / nk_ % nq_, hb = n / (nk_ * nq_) % eh, bb = n / (nk_ * nq_ * eh);
+    const bool all_b = dbias.extent(0) == 1, all_h = eh == 1;
+    typename Pairs::T sum = 0;
+    for (index_t b = all_b ? 0 : bb; b < (all_b ? p.B : bb + 1); ++b) {
+      if (i >= pairs.seq.nq(b) || j >= pairs.seq.nk(b)) continue;
+      const KeyMask mask = pairs.mask_of(b);
+      if (!mask.keys_of(i).contains(j)) continue;
+      for (index_t h = all_h ? 0 : hb; h < (all_h ? p.Hq : hb + 1); ++h) {
+        if (pairs.block_hidden(b, h, i, j)) continue;
+        const auto g = pairs.pair(b, h, h / p.group, i, RowAt{b, h, i, i + mask.shift}, j);
+        if (g.visible) sum += g.dmod;
+      }
+    }
+    dbias(bb, hb, i, j) = sum;
+  }
+};
+
 /// Sets every element of a View of rank 3 or 4, any layout, to 0 (Kokkos 3.4 cannot fill a
 /// LayoutStride View).
 template <class View>
@@ -140,10 +193,10 @@ void zero_fill(const ExecSpace& exec, const View& v) {
 /// Runs the backward kernels of a checked call whose shapes are in p (the forward's plan before
 /// scheduling) on Views as the kernels read them (dense, or varlen's packed rows).
 template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV, class DOV,
-          class DQV, class DKV, class DVV>
+          class DQV, class DKV, class DVV, class Grads>
 void run_attention_backward(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq, const QV& q,
                             const KV& k, const VV& v, const OV& o, const LV& lse, const DOV& dout, const DQV& dq,
-                            const DKV& dk, const DVV& dv) {
+                            const DKV& dk, const DVV& dv, const Grads& grads) {
   using T = typename OV::non_const_value_type;
   using DV = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   p.group = p.Hq / p.Hk;
@@ -158,6 +211,12 @@ void run_attention_backward(const ExecSpace& exec, AttentionPlan p, const Terms&
                        BackwardDqKernel<Pairs, DQV>{pairs, dq});
   Kokkos::parallel_for("kflash::attention_backward dk dv", Range(exec, 0, p.B * p.Hk * p.Nk),
                        BackwardDkvKernel<Pairs, DKV, DVV>{pairs, dk, dv});
+  if (grads.dsinks.data())
+    Kokkos::parallel_for("kflash::attention_backward dsinks", Range(exec, 0, p.Hq),
+                         BackwardDsinksKernel<Pairs, decltype(grads.dsinks)>{pairs, grads.dsinks});
+  if (grads.dbias.data())
+    Kokkos::parallel_for("kflash::attention_backward dbias", Range(exec, 0, index_t(grads.dbias.size())),
+                         BackwardDbiasKernel<Pairs, decltype(grads.dbias)>{pairs, grads.dbias});
   exec.fence();  // D must outlive the kernels
 }
 

@@ -132,19 +132,21 @@ struct ScoreStage {
     if (opt.softcap != T(0)) s = opt.softcap * impl::tanh(s * opt.inv_softcap);
     return modified_after_softcap(s, row, j);
   }
-  /// The score of pair (row, key j) as operator() gives it, and in `slope` its derivative with respect
-  /// to raw (attention_backward's chain rule): softcap's 1 - tanh^2 times the user's
-  /// score_mod.derivative(score, b, h, i, j) at the score it was given; ALiBi and bias add constants.
-  KOKKOS_INLINE_FUNCTION T score_and_slope(T raw, const RowAt& row, index_t j, T& slope) const {
-    slope = T(1);
+  /// The score of pair (row, key j) as operator() gives it, and its derivatives for
+  /// attention_backward's chain rule: `cap_slope` = d modified / d raw (softcap's 1 - tanh^2; ALiBi
+  /// and bias add constants) and `mod_slope` = d score / d modified (the user's
+  /// score_mod.derivative(modified, b, h, i, j)), where `modified` is the score after softcap, ALiBi
+  /// and bias.
+  KOKKOS_INLINE_FUNCTION T score_and_slopes(T raw, const RowAt& row, index_t j, T& cap_slope, T& mod_slope) const {
+    cap_slope = mod_slope = T(1);
     T s = raw;
     if (opt.softcap != T(0)) {
       const T t = impl::tanh(s * opt.inv_softcap);
       s = opt.softcap * t;
-      slope = T(1) - t * t;
+      cap_slope = T(1) - t * t;
     }
     s = modified_after_softcap(s, row, j);
-    if constexpr (user_score) slope *= score_mod.derivative(s, row.b, row.h, row.i, j);
+    if constexpr (user_score) mod_slope = score_mod.derivative(s, row.b, row.h, row.i, j);
     return user_and_masks(s, row, j, true);
   }
   /// ALiBi and bias, the modifiers after softcap.
@@ -186,13 +188,15 @@ struct has_score_derivative<F, T,
     : std::true_type {};
 
 /// One pair's share of attention's gradients (FlashAttention 2's backward step): its probability p
-/// = exp(s - lse) under the row's forward lse, and dS = p (dP - D) carried back to the raw score
-/// scale * q . k through the score stage (draw). A pair the masks hide is not visible: it takes no
-/// part (not even 0 times a NaN of its q, k or v).
+/// = exp(s - lse) under the row's forward lse; dS = p (dP - D) carried back through the user's
+/// score_mod to the modified score (dmod: what a bias receives), and through softcap to the raw
+/// score scale * q . k (draw). A pair the masks hide is not visible: it takes no part (not even 0
+/// times a NaN of its q, k or v).
 template <class T>
 struct PairGrad {
   bool visible;
   T p;
+  T dmod;
   T draw;
 };
 
@@ -202,11 +206,12 @@ struct PairGrad {
 template <class Stage, class T>
 KOKKOS_INLINE_FUNCTION PairGrad<T> pair_grad(const Stage& stage, T raw, const RowAt& row, index_t j, T lse, T dp,
                                              T delta) {
-  T slope = T(1);
-  const T s = stage.active ? stage.score_and_slope(raw, row, j, slope) : raw;
-  if (s == -infinity<T>()) return {false, T(0), T(0)};
+  T cap_slope = T(1), mod_slope = T(1);
+  const T s = stage.active ? stage.score_and_slopes(raw, row, j, cap_slope, mod_slope) : raw;
+  if (s == -infinity<T>()) return {false, T(0), T(0), T(0)};
   const T p = exp(s - lse);
-  return {true, p, p * (dp - delta) * slope};
+  const T dmod = p * (dp - delta) * mod_slope;
+  return {true, p, dmod, dmod * cap_slope};
 }
 
 /// The rows of a tile for tile_steps, each read through score(k) (an accessor j -> score j of row
