@@ -901,4 +901,33 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     state.counters["frac_of_blas_gemm"] = flops / s / shared().limit[gemm];
 }
 
+/// attention_backward after one forward of case c (dense layout; its options as attention_case's):
+/// FLOP counted as FlashAttention counts them, 2.5 times the forward's, against the multiply-add
+/// peak; the extra memory is D, one value per query row.
+template <class Exec, class T>
+void attention_backward_case(benchmark::State& state, const std::string& backend, const AttnCase& c) {
+  using mem = typename Exec::memory_space;
+  using V4 = Kokkos::View<T****, Kokkos::LayoutRight, mem>;
+  const Exec exec;
+  const V4 q("q", c.B, c.H, c.Nq, c.D), k("k", c.B, c.Hk, c.Nk, c.D), v("v", c.B, c.Hk, c.Nk, c.D),
+      o("o", c.B, c.H, c.Nq, c.D), dout("dout", c.B, c.H, c.Nq, c.D), dq("dq", c.B, c.H, c.Nq, c.D),
+      dk("dk", c.B, c.Hk, c.Nk, c.D), dv("dv", c.B, c.Hk, c.Nk, c.D);
+  const Kokkos::View<T***, mem> lse("lse", c.B, c.H, c.Nq);
+  fill_normal(q, 1);
+  fill_normal(k, 2);
+  fill_normal(v, 3);
+  fill_normal(dout, 4);
+  const kflash::AttentionOptions opt = attn_options<Exec, T>(c);
+  kflash::attention(exec, q, k, v, o, opt, lse);
+  const double s = run_timed(state, exec, [&] { kflash::attention_backward(exec, q, k, v, o, lse, dout, dq, dk, dv, opt); });
+  const double flops = 2.5 * 4.0 * c.B * c.H * visible_pairs(c) * c.D;
+  set_rate(state, flops, "GFLOP/s");
+  const std::string key = backend + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c);
+  const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
+  const std::string peak = backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64");
+  const std::string limit = !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm");
+  set_relative(state, limit, flops / s, key, s, double(c.B) * c.H * double(c.Nq) * sizeof(T));
+  set_work(state, flops, (5.0 * c.B * c.H * double(c.Nq) + 4.0 * c.B * c.Hk * double(c.Nk)) * c.D * sizeof(T));
+}
+
 }  // namespace kflash_bench

@@ -211,6 +211,20 @@ void register_backend(Registry& reg) {
     add_attention(float(), c);
     if (reg.opt.full) add_attention(double(), c);
   }
+
+  // attention_backward (its first, untiled schedule: shapes of 1024 rows until the tiled one exists;
+  // the default grid has the causal one)
+  for (bool causal : {false, true}) {
+    if (!reg.opt.full && !causal) continue;
+    const AttnCase c{1, 8, 8, 1024, 1024, 64, causal, false};
+    const auto add_backward = [&](auto type_tag) {
+      using T = decltype(type_tag);
+      reg.add(be + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c) + "/kflash",
+              [=](benchmark::State& s) { attention_backward_case<Exec, T>(s, be, c); });
+    };
+    add_backward(float());
+    if (reg.opt.full) add_backward(double());
+  }
 }
 
 /// Prints a progress line per finished benchmark and keeps the runs for the table.
