@@ -329,6 +329,9 @@ void cross_entropy_typed(const char* function, kflash_memory memory, const kflas
     if (has_mean) {
       const Kokkos::View<T, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> mv(
           static_cast<T*>(mean->data));
+      kflash::impl::require_disjoint(function, "mean", mv, "logits", lv);
+      kflash::impl::require_disjoint(function, "mean", mv, "targets", tv);
+      kflash::impl::require_disjoint(function, "mean", mv, "loss", lossv);
       kflash::cross_entropy(exec, lv, tv, lossv, mv, opt);
     } else {
       kflash::cross_entropy(exec, lv, tv, lossv, opt);

@@ -1,6 +1,6 @@
 // libFuzzer harness over the C interface (include/kflash/kflash.h): any bytes become one call,
 // kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (every option array, varlen, paged)
-// or kflash_merge_attention, with descriptors drawn from the bytes: mostly consistent shapes, then
+// or kflash_merge_attention, kflash_cross_entropy or its _backward, with descriptors drawn from the bytes: mostly consistent shapes, then
 // any field changed to any value (ranks, dtypes, negative or huge extents and strides, index arrays
 // pointing anywhere, outputs aliasing inputs, wrong memory kinds and struct sizes).
 //
@@ -395,6 +395,49 @@ void fuzz_merge(Bytes& in) {
   call.check("kflash_merge_attention", kflash_merge_attention(memory, &op, &lp, &o, &lse));
 }
 
+void fuzz_cross_entropy(Bytes& in) {
+  const kflash_dtype t = in.byte() & 1 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+  const kflash_dtype it = in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32;
+  const kflash_memory memory = memory_kind(in);
+  const std::int64_t rows = in.byte() % 7, vocab = in.byte() % 12;
+  const bool backward = in.byte() & 1, in_place = backward && in.chance(60);
+  Call call(in);
+  kflash_array logits = call.array(t, {rows, vocab}), targets = call.array(it, {rows});
+  call.allocate(logits, in_place);
+  call.allocate(targets, false, vocab / 2 + 1);  // mostly in [0, vocab], some past it
+  kflash_cross_entropy_options opt;
+  kflash_cross_entropy_options_init(&opt);
+  opt.ignore_index = in.chance(200) ? -100 : in.extent(-2, 8);
+  opt.label_smoothing = in.chance(160) ? 0 : in.real();
+  opt.z_loss = in.chance(160) ? 0 : in.real();
+  opt.struct_size = in.chance(245) ? sizeof(opt) : std::size_t(in.bits(16));
+  const kflash_cross_entropy_options* options = in.chance(8) ? nullptr : &opt;
+  if (!backward) {
+    kflash_array loss = call.array(t, {rows}), mean = call.array(t, {1});
+    if (in.chance(12)) call.alias(loss);
+    else call.allocate(loss, true);
+    const bool with_mean = in.chance(100);
+    if (with_mean) {
+      if (in.chance(12)) call.alias(mean);
+      else call.allocate(mean, true);
+    }
+    call.check("kflash_cross_entropy",
+               kflash_cross_entropy(memory, &logits, &targets, &loss, with_mean ? &mean : nullptr, options));
+  } else {
+    kflash_array dloss = call.array(t, {rows}), dlogits = logits, lse = call.array(t, {rows});
+    call.allocate(dloss, false);
+    if (!in_place) {
+      dlogits = call.array(t, {rows, vocab});
+      if (in.chance(12)) call.alias(dlogits);
+      else call.allocate(dlogits, true);
+    }
+    const bool with_lse = in.chance(100);
+    if (with_lse) call.allocate(lse, false);
+    call.check("kflash_cross_entropy_backward", kflash_cross_entropy_backward(memory, &logits, &targets, &dloss, &dlogits,
+                                                                              with_lse ? &lse : nullptr, options));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -407,10 +450,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Bytes in(data, size);
-  switch (in.byte() % 4) {
+  switch (in.byte() % 5) {
     case 0: fuzz_rows(in); break;
     case 1: fuzz_attention(in); break;
     case 2: fuzz_row_grads(in); break;
+    case 3: fuzz_cross_entropy(in); break;
     default: fuzz_merge(in); break;
   }
   return 0;
