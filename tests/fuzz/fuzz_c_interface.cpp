@@ -179,6 +179,13 @@ class Call {
       if (a.data != nullptr && b.data.get() == a.data) b.passed = false;
   }
 
+  /// Marks the buffer of `a` as one the call may write (an input that an output is allowed to
+  /// alias: cross_entropy_backward's dlogits over its logits).
+  void may_write(const kflash_array& a) {
+    for (Buffer& b : buffers_)
+      if (a.data != nullptr && b.data.get() == a.data) b.output = true;
+  }
+
   /// Makes `a` share the memory of an earlier buffer (aliasing an input or another output).
   void alias(kflash_array& a) {
     if (buffers_.empty()) return;
@@ -428,8 +435,14 @@ void fuzz_cross_entropy(Bytes& in) {
     call.allocate(dloss, false);
     if (!in_place) {
       dlogits = call.array(t, {rows, vocab});
-      if (in.chance(12)) call.alias(dlogits);
-      else call.allocate(dlogits, true);
+      if (in.chance(12)) {
+        call.alias(dlogits);
+        // The logits' own memory: in place when the layouts agree (else refused); either way the
+        // logits are the output's memory now.
+        if (dlogits.data == logits.data) call.may_write(logits);
+      } else {
+        call.allocate(dlogits, true);
+      }
     }
     const bool with_lse = in.chance(100);
     if (with_lse) call.allocate(lse, false);
