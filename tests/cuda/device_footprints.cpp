@@ -4,7 +4,8 @@
 //   <kernel family> <template arguments naming the shape> threads=<n> scratch=<bytes>
 // Attention's team shapes are printed at D = DV, the head dimension they are sized for; the row
 // kernels' teams are those the device traits launch (the team tier's smallest team), the lane tier's
-// scratch at its longest row.
+// scratch at its longest row; the merge's team with its full chunk of parts.
+#include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
 #include <kflash/impl/traits.hpp>
 
@@ -42,6 +43,11 @@ void print_all() {
   std::printf("LaneRowKernel %s threads=%d scratch=%zu\n", type_name<T>(), Traits::lane_team_size * Traits::vector_length,
               Traits::lane_team_size * Buffer::shmem_size(Traits::lane_cols));
   std::printf("TeamRowKernel %s threads=%d scratch=0\n", type_name<T>(), Traits::min_team_size);
+  using Mem = Exec::memory_space;
+  using Merge = kflash::impl::MergeKernel<Exec, Kokkos::View<T*****, Mem>, Kokkos::View<T****, Mem>,
+                                         Kokkos::View<T****, Mem>, Kokkos::View<T***, Mem>, kflash::impl::Sequences<Mem>>;
+  const kflash::impl::MergePlan merge = kflash::impl::plan_merge<Traits>(1, Traits::merge_chunk, 128, 1);
+  std::printf("MergeKernel %s threads=%d scratch=%zu\n", type_name<T>(), merge.team_size, Merge::scratch_bytes(merge));
 }
 
 }  // namespace

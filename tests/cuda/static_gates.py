@@ -179,13 +179,11 @@ def main():
         spills = max(sass.get(n, (0, 0))[0] for n in members)
         widest = min(sass.get(n, (0, 0))[1] for n in members)
         threads, scratch = feet.get((kernel, key.removesuffix(BY_CHUNKS)), (0, 0))
-        if kernel == "MergeKernel":
-            threads, scratch = 0, 0
         occupancy = {a: warps_per_sm(a, regs, threads, scratch) for a in ARCHS} if threads else {}
         gates = {"spill": spills == 0 and stack == 0}
         if threads:
             gates["occupancy"] = all(w >= MIN_WARPS for w in occupancy.values())
-        elif kernel != "MergeKernel":
+        else:
             failures.append(f"{kernel} {key}: no footprint from kflash_device_footprints")
         if kernel == "TeamAttentionKernel" or key.endswith(BY_CHUNKS):
             gates["ldg128"] = widest >= 128
