@@ -10,9 +10,9 @@
 
 namespace kflash::impl {
 
-/// How run_merge lays out its teams: a team per `width` columns of a row, team_size threads of
-/// which `lanes` take columns (lane, lane + lanes, ...) and `groups` = team_size / lanes take the
-/// parts (group, group + groups, ...) of each chunk of `chunk` parts.
+/// How run_merge lays out its teams: a team per `width` columns of a row, team_size = lanes * groups
+/// threads, of which `lanes` take columns (lane, lane + lanes, ...) and `groups` take the parts
+/// (group, group + groups, ...) of each chunk of `chunk` parts.
 struct MergePlan {
   index_t width = 0, blocks = 1, chunk = 1;
   int team_size = 1, lanes = 1, groups = 1;
@@ -64,21 +64,17 @@ struct MergeKernel {
     const Scratch sums(team.team_scratch(0), index_t(plan.groups) * plan.width);
     const int rank = team.team_rank();
     const int lane = rank % plan.lanes, group = rank / plan.lanes;
-    const bool summing = group < plan.groups;  // threads past lanes * groups only stage weights
-    if (summing)
-      for (index_t c = lane; c < cols; c += plan.lanes) sums(group * plan.width + c) = T(0);
+    for (index_t c = lane; c < cols; c += plan.lanes) sums(group * plan.width + c) = T(0);
     for (index_t s0 = 0; s0 < S; s0 += plan.chunk) {
       const index_t n = s0 + plan.chunk < S ? plan.chunk : S - s0;
       team.team_barrier();  // the last chunk's weights are read
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
                            [&](index_t k) { w(k) = norm.prob(lse_parts(s0 + k, b, h, i)); });
       team.team_barrier();
-      if (summing) {
-        for (index_t c = lane; c < cols; c += plan.lanes) {
-          T acc = T(0);
-          for (index_t k = group; k < n; k += plan.groups) acc += w(k) * o_parts(s0 + k, b, h, i, d0 + c);
-          sums(group * plan.width + c) += acc;
-        }
+      for (index_t c = lane; c < cols; c += plan.lanes) {
+        T acc = T(0);
+        for (index_t k = group; k < n; k += plan.groups) acc += w(k) * o_parts(s0 + k, b, h, i, d0 + c);
+        sums(group * plan.width + c) += acc;
       }
     }
     team.team_barrier();
@@ -106,7 +102,11 @@ MergePlan plan_merge(index_t rows, index_t S, index_t Dv, index_t concurrency) {
   }
   p.blocks = blocks(p.width);
   p.lanes = p.width > 0 && p.width < p.team_size ? int(p.width) : p.team_size;
+  // No more groups than parts: a split prefill merges a few parts into many rows, where idle
+  // threads would only add to each team's reductions and barriers.
   p.groups = p.team_size / p.lanes;
+  if (S < p.groups) p.groups = S > 0 ? int(S) : 1;
+  p.team_size = p.lanes * p.groups;
   p.chunk = S < Traits::merge_chunk ? (S > 0 ? S : 1) : Traits::merge_chunk;
   return p;
 }
