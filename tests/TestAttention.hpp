@@ -218,6 +218,7 @@ TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
 TYPED_TEST(AttentionTest, MergeAttentionMatchesSinglePass) {
   // Three parts of the keys, one of them empty: [0, 80), [80, 80), [80, 203).
   check_merge_of_parts<TypeParam>({2, 4, 2, 29, 203, 32, 24}, 70, {0, 80, 80, 203}, "merge_attention");
+  check_merge_of_parts<TypeParam>({2, 4, 2, 29, 203, 32, 24}, 71, {0, 120, 203}, "merge of two parts");
 }
 
 TYPED_TEST(AttentionTest, MergeAttentionOfOneRow) {

@@ -27,11 +27,13 @@ struct HostTeamDeviceTraits : DeviceTraits {
   using team_shape = std::conditional_t<Narrow, TeamAttentionShape<T, 4, 8, 1, 4, DV, 4>,
                                         TeamAttentionShape<T, 8, 8, 2, 4, DV, 4>>;
   static constexpr int team_dv_small = 16, team_dv_large = 32;
-  /// Merges: a column per team, its two threads taking the parts in turn, chunks of 4 parts.
+  /// Merges: a column per team, its two threads taking the parts in turn, chunks of 4 parts; two
+  /// parts or fewer by one thread.
   static constexpr int merge_team_size = 2;
   static constexpr index_t merge_columns = 1;
   static constexpr index_t merge_min_columns = 1;
   static constexpr index_t merge_chunk = 4;
+  static constexpr index_t merge_serial_parts = 2;
 };
 
 template <>

@@ -35,6 +35,8 @@ struct CommonTraits {
   static constexpr index_t items_per_thread = 4;
   /// Parts whose weights a merge team stages in its scratch at a time.
   static constexpr index_t merge_chunk = 256;
+  /// Merges of at most this many parts take each column's parts in one thread (no team reduction).
+  static constexpr index_t merge_serial_parts = 8;
   /// Query rows per block of attention's per-row schedule.
   static constexpr index_t block_q = 32;
 };

@@ -44,6 +44,20 @@ struct MergeKernel {
     return Scratch::shmem_size(p.chunk) + Scratch::shmem_size(index_t(p.groups) * p.width);
   }
 
+  /// One group (few parts, or one thread a team): thread `rank` merges its columns rank, rank +
+  /// team_size, ... itself, part after part, with no reduction across the team and no barrier.
+  KOKKOS_INLINE_FUNCTION void by_columns(int rank, index_t b, index_t h, index_t i, index_t d0, index_t cols) const {
+    SoftmaxState<T> st = SoftmaxState<T>::identity();
+    for (index_t s = 0; s < S; ++s) st.push(lse_parts(s, b, h, i));
+    const SoftmaxNormalizer<T> norm(st);
+    for (index_t c = rank; c < cols; c += plan.team_size) o(b, h, i, d0 + c) = T(0);
+    for (index_t s = 0; s < S; ++s) {
+      const T w = norm.prob(lse_parts(s, b, h, i));
+      for (index_t c = rank; c < cols; c += plan.team_size) o(b, h, i, d0 + c) += w * o_parts(s, b, h, i, d0 + c);
+    }
+    if (has_lse && d0 == 0 && rank == 0) lse(b, h, i) = st.logsumexp();
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const index_t item = team.league_rank();
     const index_t d0 = item % plan.blocks * plan.width;
@@ -53,6 +67,7 @@ struct MergeKernel {
     const index_t h = (row / N) % H;
     const index_t b = row / (N * H);
     if (i >= seq.nq(b)) return;  // the same for the whole team: no barrier is skipped by part of it
+    if (plan.groups == 1) return by_columns(team.team_rank(), b, h, i, d0, cols);
 
     SoftmaxState<T> st;
     Kokkos::parallel_reduce(
@@ -102,10 +117,12 @@ MergePlan plan_merge(index_t rows, index_t S, index_t Dv, index_t concurrency) {
   }
   p.blocks = blocks(p.width);
   p.lanes = p.width > 0 && p.width < p.team_size ? int(p.width) : p.team_size;
-  // No more groups than parts: a split prefill merges a few parts into many rows, where idle
-  // threads would only add to each team's reductions and barriers.
+  // No more groups than parts, and one (no reduction across the team, no barrier) for at most
+  // Traits::merge_serial_parts parts: a split prefill merges a few parts into many rows, where a
+  // team's reductions and barriers would cost more than its loads.
   p.groups = p.team_size / p.lanes;
-  if (S < p.groups) p.groups = S > 0 ? int(S) : 1;
+  if (S <= Traits::merge_serial_parts) p.groups = 1;
+  else if (S < p.groups) p.groups = int(S);
   p.team_size = p.lanes * p.groups;
   p.chunk = S < Traits::merge_chunk ? (S > 0 ? S : 1) : Traits::merge_chunk;
   return p;
