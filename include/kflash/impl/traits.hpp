@@ -12,9 +12,10 @@ namespace kflash::impl {
 
 /// The register blocking of attention's team schedule (schedule/team_attention.hpp). A block has
 /// BQ query rows, a tile BK keys. The threads form RG = BQ / TM row groups times KG = BK / TN key
-/// groups: thread (g, k) computes the TM x TN scores of rows g*TM.. and keys k*TN.., and keeps O of
-/// the same rows and of the columns k*TNO.. (TNO = DV / KG) in registers, so Dv <= DV. A team of
-/// fewer threads than blocks (host teams) gives each thread `Blocks` of them.
+/// groups: thread (g, k) computes the TM x TN scores of rows g, g + RG, .. and keys k, k + KG, ..,
+/// and keeps O of the same rows in registers, TNO = DV / KG columns of each in 16-byte chunks
+/// k, k + KG, .. (so Dv <= DV). A team of fewer threads than blocks (host teams) gives each thread
+/// `Blocks` of them.
 template <class T, int BQ_, int BK_, int TM_, int TN_, int DV_, int Blocks_ = 1>
 struct TeamAttentionShape {
   using value_type = T;
