@@ -149,16 +149,16 @@ void fill_normal(const V& v, unsigned seed) {
 // --- Host BLAS (OpenBLAS through CBLAS): the GEMM limit and the materialised-attention baseline.
 #if KFLASH_BENCH_HAS_CBLAS
 inline void blas_threads(int n) { openblas_set_num_threads(n); }
-/// C (m x n) = alpha A (m x k) op(B) + beta C, row-major; B is (n x k) when trans_b.
-inline void gemm(bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
-                 float* c) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
-              trans_b ? k : n, beta, c, n);
+/// C (m x n) = alpha op(A) op(B) + beta C, row-major; A is (k x m) when trans_a, B (n x k) when trans_b.
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b,
+                 float beta, float* c) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
-inline void gemm(bool trans_b, int m, int n, int k, double alpha, const double* a, const double* b,
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, const double* b,
                  double beta, double* c) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, k, b,
-              trans_b ? k : n, beta, c, n);
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 #endif
 
@@ -319,7 +319,7 @@ void limit_gemm(benchmark::State& state, const std::string& backend, int threads
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(dist(gen)), b[i] = T(dist(gen));
   blas_threads(threads);
   const double s = run_timed(state, Kokkos::DefaultHostExecutionSpace(),
-                             [&] { gemm(false, n, n, n, T(1), a.data(), b.data(), T(0), c.data()); });
+                             [&] { gemm(false, false, n, n, n, T(1), a.data(), b.data(), T(0), c.data()); });
   const double flops = 2.0 * n * double(n) * n;
   set_rate(state, flops, "GFLOP/s");
   shared().limit[backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm") + (n == 2048 ? "" : "_" + std::to_string(n))] =
@@ -866,10 +866,10 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
       for (index_t b = 0; b < c.B; ++b)
         for (index_t h = 0; h < c.H; ++h) {
           const index_t hk = h / (c.H / c.Hk);
-          gemm(true, int(c.Nq), int(c.Nk), int(c.D), scale, &q(b, h, 0, 0), &k(b, hk, 0, 0), T(0), scores.data());
+          gemm(false, true, int(c.Nq), int(c.Nk), int(c.D), scale, &q(b, h, 0, 0), &k(b, hk, 0, 0), T(0), scores.data());
           baseline_rows(exec, RowKind::softmax, 3, scores, scores, mx, sm, c.causal ? c.Nk - c.Nq : -1);
           exec.fence();
-          gemm(false, int(c.Nq), int(c.D), int(c.Nk), T(1), scores.data(), &v(b, hk, 0, 0), T(0), &o(b, h, 0, 0));
+          gemm(false, false, int(c.Nq), int(c.D), int(c.Nk), T(1), scores.data(), &v(b, hk, 0, 0), T(0), &o(b, h, 0, 0));
         }
     });
 #endif
@@ -903,9 +903,13 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
 
 /// attention_backward after one forward of case c (dense layout; its options as attention_case's):
 /// FLOP counted as FlashAttention counts them, 2.5 times the forward's, against the multiply-add
-/// peak; the extra memory is D, one value per query row.
+/// peak; the extra memory is D, one value per query row. variant 1: materialised through the BLAS,
+/// head by head as a BLAS user would write it: S = scale Q K^T, P = softmax(S) (the forward
+/// baseline's row passes), dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) by one Kokkos pass,
+/// dQ = scale dS K, dK += scale dS^T Q; two Nq x Nk buffers.
 template <class Exec, class T>
-void attention_backward_case(benchmark::State& state, const std::string& backend, const AttnCase& c) {
+void attention_backward_case(benchmark::State& state, const std::string& backend, const AttnCase& c, int variant,
+                             int blas_thread_count) {
   using mem = typename Exec::memory_space;
   using V4 = Kokkos::View<T****, Kokkos::LayoutRight, mem>;
   const Exec exec;
@@ -918,11 +922,46 @@ void attention_backward_case(benchmark::State& state, const std::string& backend
   fill_normal(v, 3);
   fill_normal(dout, 4);
   const kflash::AttentionOptions opt = attn_options<Exec, T>(c);
+  const std::string key = backend + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c);
+  const double flops = 2.5 * 4.0 * c.B * c.H * visible_pairs(c) * c.D;
+  if (variant != 0) {
+#if KFLASH_BENCH_HAS_CBLAS
+    using M = Kokkos::View<T**, Kokkos::LayoutRight, mem>;
+    const M p("p", c.Nq, c.Nk), dp("dp", c.Nq, c.Nk);
+    Kokkos::View<T*, mem> mx("max", c.Nq), sm("sum", c.Nq);
+    const T scale = T(1 / std::sqrt(double(c.D)));
+    const int Nq = int(c.Nq), Nk = int(c.Nk), D = int(c.D), group = int(c.H / c.Hk);
+    const index_t Nkv = c.Nk;
+    blas_threads(blas_thread_count);
+    const double s = run_timed(state, exec, [&] {
+      for (index_t b = 0; b < c.B; ++b)
+        for (index_t h = 0; h < c.H; ++h) {
+          const index_t hk = h / group;
+          const T first = h % group == 0 ? T(0) : T(1);  // dK, dV summed over the group's heads
+          gemm(false, true, Nq, Nk, D, scale, &q(b, h, 0, 0), &k(b, hk, 0, 0), T(0), p.data());
+          baseline_rows(exec, RowKind::softmax, 3, p, p, mx, sm, c.causal ? c.Nk - c.Nq : -1);
+          exec.fence();
+          gemm(true, false, Nk, D, Nq, T(1), p.data(), &dout(b, h, 0, 0), first, &dv(b, hk, 0, 0));
+          gemm(false, true, Nq, Nk, D, T(1), &dout(b, h, 0, 0), &v(b, hk, 0, 0), T(0), dp.data());
+          Kokkos::parallel_for("baseline::softmax_backward", Kokkos::RangePolicy<Exec>(exec, 0, c.Nq),
+                               KOKKOS_LAMBDA(index_t i) {
+                                 T dot = 0;
+                                 for (index_t j = 0; j < Nkv; ++j) dot += p(i, j) * dp(i, j);
+                                 for (index_t j = 0; j < Nkv; ++j) dp(i, j) = p(i, j) * (dp(i, j) - dot);
+                               });
+          exec.fence();
+          gemm(false, false, Nq, D, Nk, scale, dp.data(), &k(b, hk, 0, 0), T(0), &dq(b, h, 0, 0));
+          gemm(true, false, Nk, D, Nq, scale, dp.data(), &q(b, h, 0, 0), first, &dk(b, hk, 0, 0));
+        }
+    });
+    set_rate(state, flops, "GFLOP/s");
+    record_baseline(key, s, 2.0 * double(c.Nq) * c.Nk * sizeof(T), "baseline_materialised");
+#endif
+    return;
+  }
   kflash::attention(exec, q, k, v, o, opt, lse);
   const double s = run_timed(state, exec, [&] { kflash::attention_backward(exec, q, k, v, o, lse, dout, dq, dk, dv, opt); });
-  const double flops = 2.5 * 4.0 * c.B * c.H * visible_pairs(c) * c.D;
   set_rate(state, flops, "GFLOP/s");
-  const std::string key = backend + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c);
   const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
   const std::string peak = backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64");
   const std::string limit = !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm");

@@ -213,14 +213,19 @@ void register_backend(Registry& reg) {
   }
 
   // attention_backward (its first, untiled schedule: shapes of 1024 rows until the tiled one exists;
-  // the default grid has the causal one)
+  // the default grid has the causal one), after its materialised baseline on hosts
   for (bool causal : {false, true}) {
     if (!reg.opt.full && !causal) continue;
     const AttnCase c{1, 8, 8, 1024, 1024, 64, causal, false};
     const auto add_backward = [&](auto type_tag) {
       using T = decltype(type_tag);
-      reg.add(be + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c) + "/kflash",
-              [=](benchmark::State& s) { attention_backward_case<Exec, T>(s, be, c); });
+      const std::string base = be + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c);
+#if KFLASH_BENCH_HAS_CBLAS
+      if (host)
+        reg.add(base + "/baseline_materialised",
+                [=](benchmark::State& s) { attention_backward_case<Exec, T>(s, be, c, 1, threads); });
+#endif
+      reg.add(base + "/kflash", [=](benchmark::State& s) { attention_backward_case<Exec, T>(s, be, c, 0, threads); });
     };
     add_backward(float());
     if (reg.opt.full) add_backward(double());
