@@ -192,7 +192,7 @@ TYPED_TEST(AttentionBackwardTest, EveryScoreOption) {
 
 TYPED_TEST(AttentionBackwardTest, RowsWithoutVisibleKeys) {
   // Causal with Nq > Nk: the first Nq - Nk rows see no key (lse = -inf) and give nothing, never NaN;
-  // with a sink they see only the sink. A fully masked row of a mask the same.
+  // with a sink they see only the sink. A fully masked row of a mask the same, and no rows at all.
   using T = TypeParam;
   check_backward<T>(make_attn_data<T>({1, 2, 2, 12, 5, 8, 8, true}, 320), {}, {}, false, 321, "no visible key");
   RefTerms t;
@@ -202,6 +202,10 @@ TYPED_TEST(AttentionBackwardTest, RowsWithoutVisibleKeys) {
   m.mask.assign(6 * 9, 1);
   for (std::size_t j = 0; j < 9; ++j) m.mask[2 * 9 + j] = 0;  // row 2 sees nothing
   check_backward<T>(make_attn_data<T>({1, 1, 1, 6, 9, 4, 4}, 324), {}, m, false, 325, "a fully masked row");
+  // No query row at all: dk, dv and dsinks are written as 0 (their Views hold 9 before).
+  RefTerms z;
+  z.sinks = {0.5, -0.25};
+  check_backward<T>(make_attn_data<T>({1, 2, 1, 0, 7, 8, 8}, 326), {}, z, false, 327, "no query row");
 }
 
 /// A score_mod with its derivative: s - s^3 / 30 + 0.1 h (and its reference as std::function).
