@@ -4,7 +4,7 @@
 #include <kflash/kflash.h>
 #include <kflash/kflash.hpp>
 
-#include "c_arrays.hpp"
+#include "c_calls.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -12,41 +12,11 @@
 #include <stdexcept>
 #include <string>
 
+thread_local std::string kflash::c_interface::last_error;
+
 namespace {
 
-thread_local std::string last_error;
 bool initialized_here = false;
-
-/// A message of the C++ layer with its "kflash::<call>: " prefix taken off: the C interface's
-/// messages all begin with the C function's name.
-std::string without_cpp_prefix(const std::string& message) {
-  const std::size_t colon = message.find(": ");
-  return message.rfind("kflash::", 0) == 0 && colon != std::string::npos ? message.substr(colon + 2) : message;
-}
-
-/// Runs f, turning what it throws into a status and the thread's message.
-template <class F>
-kflash_status guarded(const char* function, F&& f) {
-  last_error.clear();
-  try {
-    if (!Kokkos::is_initialized())
-      fail(KFLASH_ERROR_NOT_INITIALIZED, function, "Kokkos is not initialized (call kflash_initialize first)");
-    f();
-    return KFLASH_SUCCESS;
-  } catch (const Failure& e) {
-    last_error = e.message;
-    return e.status;
-  } catch (const std::invalid_argument& e) {
-    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
-    return KFLASH_ERROR_INVALID_ARGUMENT;
-  } catch (const std::exception& e) {
-    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
-    return KFLASH_ERROR_INTERNAL;
-  } catch (...) {
-    last_error = std::string(function) + ": an unknown exception";
-    return KFLASH_ERROR_INTERNAL;
-  }
-}
 
 std::string extents(std::int64_t rows, std::int64_t cols) {
   return "rows = " + std::to_string(rows) + ", cols = " + std::to_string(cols);
@@ -65,34 +35,6 @@ void check_rows(const char* function, const char* name, const void* p, std::int6
 
 void check_extents(const char* function, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "negative extents (" + extents(rows, cols) + ")");
-}
-
-/// A memory kind this build can run on (checked first, so that empty calls refuse it too).
-void check_memory(const char* function, kflash_memory memory) {
-  if (memory != KFLASH_MEMORY_HOST && memory != KFLASH_MEMORY_DEVICE)
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "memory = " + std::to_string(int(memory)) + " is not a kflash_memory");
-  if (memory == KFLASH_MEMORY_DEVICE && !KFLASH_HAS_CUDA)
-    fail(KFLASH_ERROR_UNSUPPORTED, function, "device memory, but kflash was built without a device backend");
-}
-
-/// Calls f(exec) on the execution space of `memory` (a kind check_memory accepted), where this host
-/// thread may launch its kernels (KFLASH_ERROR_UNSUPPORTED where the Kokkos version does not allow it).
-template <class F>
-void on_memory(const char* function, kflash_memory memory, F&& f) {
-  const auto run = [&](const auto& exec) {
-    using Exec = std::decay_t<decltype(exec)>;
-    if (!kflash::impl::launches_from_this_thread<Exec>())
-      fail(KFLASH_ERROR_UNSUPPORTED, function, kflash::impl::wrong_thread_message(Exec::name()));
-    f(exec);
-  };
-#if KFLASH_HAS_CUDA
-  if (memory == KFLASH_MEMORY_DEVICE) {
-    run(Kokkos::DefaultExecutionSpace());
-    return;
-  }
-#endif
-  (void)memory;
-  run(Kokkos::DefaultHostExecutionSpace());
 }
 
 /// An unmanaged (rows, cols) View of p with the given row stride in `Exec`'s memory.
@@ -168,22 +110,6 @@ kflash_status row_grad_call(const char* function, kflash_memory memory, std::int
       exec.fence();
     });
   });
-}
-
-/// The caller's options (the fields its struct_size covers; later fields keep their defaults), over
-/// the defaults init sets. The first field after struct_size must be there.
-template <class Options>
-Options known_options(const char* function, const Options* given, void (*init)(Options*), const char* init_name,
-                      std::size_t first_field) {
-  Options o;
-  init(&o);
-  if (given == nullptr) return o;
-  if (given->struct_size < sizeof(std::size_t) + first_field)
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
-         "options->struct_size = " + std::to_string(given->struct_size) + ": set the options up with " + init_name);
-  std::memcpy(static_cast<void*>(&o), given, std::min(given->struct_size, sizeof(o)));
-  o.struct_size = sizeof(o);
-  return o;
 }
 
 template <class Exec>
@@ -262,111 +188,12 @@ void merge_typed(const char* function, kflash_memory memory, const kflash_array*
   });
 }
 
-/// The floating type of a call's first array: calls f(T()) for T float or double.
-template <class F>
-void on_float_type(const char* function, const char* name, const kflash_array* first, F&& f) {
-  if (first == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
-  check_array(function, name, *first);
-  if (first->dtype == KFLASH_FLOAT32) f(float());
-  else if (first->dtype == KFLASH_FLOAT64) f(double());
-  else
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
-}
-
-
-/// A rank-1 array of integer class targets: calls f(I()) for its type, int32 or int64.
-template <class F>
-void on_targets(const char* function, const kflash_array* targets, F&& f) {
-  if (targets == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "targets is NULL");
-  check_array(function, "targets", *targets);
-  if (targets->rank != 1)
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe("targets", *targets) + " must have rank 1 (rows)");
-  if (targets->dtype == KFLASH_INT32) f(std::int32_t());
-  else if (targets->dtype == KFLASH_INT64) f(std::int64_t());
-  else fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe("targets", *targets) + " must be int32 or int64");
-}
-
-kflash::CrossEntropyOptions cxx_options(const kflash_cross_entropy_options& c) {
-  kflash::CrossEntropyOptions o;
-  o.ignore_index = c.ignore_index;
-  o.label_smoothing = c.label_smoothing;
-  o.z_loss = c.z_loss;
-  return o;
-}
-
-/// Checks the logits, the targets and the options as the C++ calls do, then every target's range:
-/// so that a call that fails has written nothing (the C++ forward writes the rows before the bad one).
-template <class Exec, class Logits, class Targets>
-void check_cross_entropy_input(const char* function, const Exec& exec, const Logits& logits, const Targets& targets,
-                               const kflash::CrossEntropyOptions& options) {
-  kflash::impl::check_logits_and_targets<Exec>(function, logits, targets, options);
-  const auto total = kflash::impl::check_targets(exec, targets, kflash::impl::index_t(logits.extent(1)),
-                                                 options.ignore_index, "kflash::cross_entropy check_targets");
-  kflash::impl::require_targets_in(total, kflash::impl::index_t(logits.extent(0)),
-                                   kflash::impl::index_t(logits.extent(1)),
-                                   "'" + kflash::impl::describe("logits", logits) + "' extent 1", options.ignore_index,
-                                   function, "nothing was written");
-}
-
-template <class T, class I>
-void cross_entropy_typed(const char* function, kflash_memory memory, const kflash_array& logits,
-                         const kflash_array& targets, const kflash_array* loss, const kflash_array* mean,
-                         const kflash_cross_entropy_options& options) {
-  const kflash_array& lg = required<T>(function, "logits", &logits, 2);
-  const kflash_array& ls = required<T>(function, "loss", loss, 1, true);
-  const bool has_mean = mean != nullptr && mean->data != nullptr;
-  if (has_mean) {
-    required<T>(function, "mean", mean, 1, true);
-    if (mean->extent[0] != 1) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe("mean", *mean) + " must have one element");
-  }
-  on_memory(function, memory, [&](const auto& exec) {
-    using Exec = std::decay_t<decltype(exec)>;
-    const kflash::CrossEntropyOptions opt = cxx_options(options);
-    const auto lv = strided_view<Exec, const T, 2>(lg);
-    const auto tv = strided_view<Exec, const I, 1>(targets);
-    const auto lossv = strided_view<Exec, T, 1>(ls);
-    check_cross_entropy_input(function, exec, lv, tv, opt);
-    if (has_mean) {
-      const Kokkos::View<T, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> mv(
-          static_cast<T*>(mean->data));
-      kflash::impl::require_disjoint(function, "mean", mv, "logits", lv);
-      kflash::impl::require_disjoint(function, "mean", mv, "targets", tv);
-      kflash::impl::require_disjoint(function, "mean", mv, "loss", lossv);
-      kflash::cross_entropy(exec, lv, tv, lossv, mv, opt);
-    } else {
-      kflash::cross_entropy(exec, lv, tv, lossv, opt);
-    }
-    exec.fence();
-  });
-}
-
-template <class T, class I>
-void cross_entropy_backward_typed(const char* function, kflash_memory memory, const kflash_array& logits,
-                                  const kflash_array& targets, const kflash_array* dloss, const kflash_array* dlogits,
-                                  const kflash_array* lse, const kflash_cross_entropy_options& options) {
-  const kflash_array& lg = required<T>(function, "logits", &logits, 2);
-  const kflash_array& dl = required<T>(function, "dloss", dloss, 1);
-  const kflash_array& dg = required<T>(function, "dlogits", dlogits, 2, true);
-  const bool has_lse = lse != nullptr && lse->data != nullptr;
-  if (has_lse) required<T>(function, "lse", lse, 1);
-  on_memory(function, memory, [&](const auto& exec) {
-    using Exec = std::decay_t<decltype(exec)>;
-    const kflash::CrossEntropyOptions opt = cxx_options(options);
-    const auto lv = strided_view<Exec, const T, 2>(lg);
-    const auto tv = strided_view<Exec, const I, 1>(targets);
-    const auto dlv = strided_view<Exec, const T, 1>(dl);
-    const auto dgv = strided_view<Exec, T, 2>(dg);
-    if (has_lse) kflash::cross_entropy_backward(exec, lv, tv, dlv, dgv, opt, strided_view<Exec, const T, 1>(*lse));
-    else kflash::cross_entropy_backward(exec, lv, tv, dlv, dgv, opt);
-    exec.fence();
-  });
-}
-
 }  // namespace
 
 extern "C" {
 
 kflash_status kflash_initialize(void) {
+  std::string& last_error = kflash::c_interface::last_error;
   last_error.clear();
   try {
     if (!Kokkos::is_initialized()) {
@@ -381,6 +208,7 @@ kflash_status kflash_initialize(void) {
 }
 
 kflash_status kflash_finalize(void) {
+  std::string& last_error = kflash::c_interface::last_error;
   last_error.clear();
   try {
     if (initialized_here && Kokkos::is_initialized()) Kokkos::finalize();
@@ -392,7 +220,7 @@ kflash_status kflash_finalize(void) {
   }
 }
 
-const char* kflash_last_error(void) { return last_error.c_str(); }
+const char* kflash_last_error(void) { return kflash::c_interface::last_error.c_str(); }
 const char* kflash_version(void) { return KFLASH_VERSION_STRING; }
 const char* kflash_backends(void) { return KFLASH_BACKENDS; }
 int kflash_has_device(void) { return KFLASH_HAS_CUDA; }
@@ -473,49 +301,6 @@ kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o
     check_memory(fn, memory);
     on_float_type(fn, "o_parts", o_parts,
                   [&](auto t) { merge_typed<decltype(t)>(fn, memory, o_parts, lse_parts, o, lse); });
-  });
-}
-
-void kflash_cross_entropy_options_init(kflash_cross_entropy_options* options) {
-  if (options == nullptr) return;
-  *options = kflash_cross_entropy_options{};
-  options->struct_size = sizeof(kflash_cross_entropy_options);
-  options->ignore_index = kflash::CrossEntropyOptions().ignore_index;
-}
-
-kflash_status kflash_cross_entropy(kflash_memory memory, const kflash_array* logits, const kflash_array* targets,
-                                   const kflash_array* loss, const kflash_array* mean,
-                                   const kflash_cross_entropy_options* options) {
-  const char* fn = "kflash_cross_entropy";
-  return guarded(fn, [&] {
-    check_memory(fn, memory);
-    const kflash_cross_entropy_options known =
-        known_options(fn, options, kflash_cross_entropy_options_init, "kflash_cross_entropy_options_init",
-                      sizeof(std::int64_t));
-    on_float_type(fn, "logits", logits, [&](auto t) {
-      on_targets(fn, targets, [&](auto i) {
-        cross_entropy_typed<decltype(t), decltype(i)>(fn, memory, *logits, *targets, loss, mean, known);
-      });
-    });
-  });
-}
-
-kflash_status kflash_cross_entropy_backward(kflash_memory memory, const kflash_array* logits,
-                                            const kflash_array* targets, const kflash_array* dloss,
-                                            const kflash_array* dlogits, const kflash_array* lse,
-                                            const kflash_cross_entropy_options* options) {
-  const char* fn = "kflash_cross_entropy_backward";
-  return guarded(fn, [&] {
-    check_memory(fn, memory);
-    const kflash_cross_entropy_options known =
-        known_options(fn, options, kflash_cross_entropy_options_init, "kflash_cross_entropy_options_init",
-                      sizeof(std::int64_t));
-    on_float_type(fn, "logits", logits, [&](auto t) {
-      on_targets(fn, targets, [&](auto i) {
-        cross_entropy_backward_typed<decltype(t), decltype(i)>(fn, memory, *logits, *targets, dloss, dlogits, lse,
-                                                               known);
-      });
-    });
   });
 }
 

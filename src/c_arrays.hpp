@@ -1,4 +1,4 @@
-// The C interface's checks and conversions (included by src/c_api.cpp alone): the Failure its
+// The C interface's checks and conversions (src/c_api.cpp, src/c_cross_entropy.cpp): the Failure its
 // checks throw, and kflash_array descriptors as unmanaged LayoutStride Views of the C++ layer.
 #pragma once
 
@@ -18,11 +18,11 @@ struct Failure {
   std::string message;
 };
 
-[[noreturn]] void fail(kflash_status status, const char* function, const std::string& what) {
+[[noreturn]] inline void fail(kflash_status status, const char* function, const std::string& what) {
   throw Failure{status, std::string(function) + ": " + what};
 }
 
-const char* dtype_name(int dtype) {
+inline const char* dtype_name(int dtype) {
   switch (dtype) {
     case KFLASH_FLOAT32: return "float32";
     case KFLASH_FLOAT64: return "float64";
@@ -43,7 +43,7 @@ constexpr kflash_dtype dtype_of() {
 }
 
 /// "name (e0, e1, ...) dtype".
-std::string describe(const char* name, const kflash_array& a) {
+inline std::string describe(const char* name, const kflash_array& a) {
   std::string s = std::string(name) + " (";
   for (int d = 0; d < a.rank && d < KFLASH_MAX_RANK; ++d) s += (d ? ", " : "") + std::to_string(a.extent[d]);
   return s + ") " + dtype_name(a.dtype);
@@ -52,7 +52,7 @@ std::string describe(const char* name, const kflash_array& a) {
 /// The checks every present array passes: a known dtype, a rank of 1 to KFLASH_MAX_RANK, extents
 /// and strides >= 0, an element count and a span (from the first element to the last) that fit in
 /// 63 bits, and data when it holds elements.
-void check_array(const char* function, const char* name, const kflash_array& a) {
+inline void check_array(const char* function, const char* name, const kflash_array& a) {
   if (a.dtype < KFLASH_FLOAT32 || a.dtype > KFLASH_INT64)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".dtype = " + std::to_string(int(a.dtype)) +
                                                       " is not a kflash_dtype");

@@ -1,0 +1,109 @@
+// The C interface's call frame (src/c_api.cpp, src/c_cross_entropy.cpp): the per-thread message,
+// exceptions turned into status codes, the memory kind's execution space, the options structs read
+// by their struct_size, and the dispatch on an array's floating type.
+#pragma once
+
+#include "c_arrays.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace kflash::c_interface {
+/// The message of the thread's last failed call (kflash_last_error).
+extern thread_local std::string last_error;
+}  // namespace kflash::c_interface
+
+namespace {
+
+/// A message of the C++ layer with its "kflash::<call>: " prefix taken off: the C interface's
+/// messages all begin with the C function's name.
+inline std::string without_cpp_prefix(const std::string& message) {
+  const std::size_t colon = message.find(": ");
+  return message.rfind("kflash::", 0) == 0 && colon != std::string::npos ? message.substr(colon + 2) : message;
+}
+
+/// Runs f, turning what it throws into a status and the thread's message.
+template <class F>
+kflash_status guarded(const char* function, F&& f) {
+  std::string& last_error = kflash::c_interface::last_error;
+  last_error.clear();
+  try {
+    if (!Kokkos::is_initialized())
+      fail(KFLASH_ERROR_NOT_INITIALIZED, function, "Kokkos is not initialized (call kflash_initialize first)");
+    f();
+    return KFLASH_SUCCESS;
+  } catch (const Failure& e) {
+    last_error = e.message;
+    return e.status;
+  } catch (const std::invalid_argument& e) {
+    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
+    return KFLASH_ERROR_INVALID_ARGUMENT;
+  } catch (const std::exception& e) {
+    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
+    return KFLASH_ERROR_INTERNAL;
+  } catch (...) {
+    last_error = std::string(function) + ": an unknown exception";
+    return KFLASH_ERROR_INTERNAL;
+  }
+}
+
+/// A memory kind this build can run on (checked first, so that empty calls refuse it too).
+inline void check_memory(const char* function, kflash_memory memory) {
+  if (memory != KFLASH_MEMORY_HOST && memory != KFLASH_MEMORY_DEVICE)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, "memory = " + std::to_string(int(memory)) + " is not a kflash_memory");
+  if (memory == KFLASH_MEMORY_DEVICE && !KFLASH_HAS_CUDA)
+    fail(KFLASH_ERROR_UNSUPPORTED, function, "device memory, but kflash was built without a device backend");
+}
+
+/// Calls f(exec) on the execution space of `memory` (a kind check_memory accepted), where this host
+/// thread may launch its kernels (KFLASH_ERROR_UNSUPPORTED where the Kokkos version does not allow it).
+template <class F>
+void on_memory(const char* function, kflash_memory memory, F&& f) {
+  const auto run = [&](const auto& exec) {
+    using Exec = std::decay_t<decltype(exec)>;
+    if (!kflash::impl::launches_from_this_thread<Exec>())
+      fail(KFLASH_ERROR_UNSUPPORTED, function, kflash::impl::wrong_thread_message(Exec::name()));
+    f(exec);
+  };
+#if KFLASH_HAS_CUDA
+  if (memory == KFLASH_MEMORY_DEVICE) {
+    run(Kokkos::DefaultExecutionSpace());
+    return;
+  }
+#endif
+  (void)memory;
+  run(Kokkos::DefaultHostExecutionSpace());
+}
+
+/// The caller's options (the fields its struct_size covers; later fields keep their defaults), over
+/// the defaults init sets. The first field after struct_size must be there.
+template <class Options>
+Options known_options(const char* function, const Options* given, void (*init)(Options*), const char* init_name,
+                      std::size_t first_field) {
+  Options o;
+  init(&o);
+  if (given == nullptr) return o;
+  if (given->struct_size < sizeof(std::size_t) + first_field)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         "options->struct_size = " + std::to_string(given->struct_size) + ": set the options up with " + init_name);
+  std::memcpy(static_cast<void*>(&o), given, std::min(given->struct_size, sizeof(o)));
+  o.struct_size = sizeof(o);
+  return o;
+}
+
+/// The floating type of a call's first array: calls f(T()) for T float or double.
+template <class F>
+void on_float_type(const char* function, const char* name, const kflash_array* first, F&& f) {
+  if (first == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
+  check_array(function, name, *first);
+  if (first->dtype == KFLASH_FLOAT32) f(float());
+  else if (first->dtype == KFLASH_FLOAT64) f(double());
+  else
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
+}
+
+
+}  // namespace
