@@ -14,6 +14,7 @@ module kflash
   public :: kflash_softmax, kflash_log_softmax, kflash_logsumexp, kflash_attention, kflash_merge_attention
   public :: kflash_softmax_backward, kflash_log_softmax_backward, kflash_logsumexp_backward
   public :: kflash_attention_options
+  public :: kflash_cross_entropy, kflash_cross_entropy_backward, kflash_cross_entropy_options
   public :: KFLASH_SCHEDULE_AUTOMATIC, KFLASH_SCHEDULE_PREFILL, KFLASH_SCHEDULE_SPLIT_KV
 
   integer, parameter :: KFLASH_SCHEDULE_AUTOMATIC = 0, KFLASH_SCHEDULE_PREFILL = 1, KFLASH_SCHEDULE_SPLIT_KV = 2
@@ -31,6 +32,14 @@ module kflash
     integer :: schedule = KFLASH_SCHEDULE_AUTOMATIC
     integer :: num_splits = 0
   end type kflash_attention_options
+
+  !> cross_entropy's options, as kflash::CrossEntropyOptions. Targets are class indices counted from
+  !> 0, as in kflash's C and C++ interfaces: logits(1 + t, r) is row r's target logit.
+  type :: kflash_cross_entropy_options
+    integer(8) :: ignore_index = -100  ! rows whose target equals it get loss 0 and gradient 0
+    real(8) :: label_smoothing = 0     ! in [0, 1]
+    real(8) :: z_loss = 0              ! coefficient >= 0 of lse**2 added to each row's loss
+  end type kflash_cross_entropy_options
 
   interface kflash_softmax
     module procedure softmax_r4_1, softmax_r4_2, softmax_r8_1, softmax_r8_2
@@ -55,13 +64,20 @@ module kflash
   interface kflash_attention
     module procedure attention_r4, attention_r8
   end interface
+  interface kflash_cross_entropy
+    module procedure cross_entropy_r4_i4, cross_entropy_r4_i8, cross_entropy_r8_i4, cross_entropy_r8_i8
+  end interface
+  interface kflash_cross_entropy_backward
+    module procedure cross_entropy_backward_r4_i4, cross_entropy_backward_r4_i8, cross_entropy_backward_r8_i4, &
+                     cross_entropy_backward_r8_i8
+  end interface
   interface kflash_merge_attention
     module procedure merge_r4, merge_r8
   end interface
 
   ! ---- The C interface ----
   integer(c_int), parameter :: MEMORY_HOST = 0
-  integer(c_int), parameter :: FLOAT32 = 0, FLOAT64 = 1
+  integer(c_int), parameter :: FLOAT32 = 0, FLOAT64 = 1, INT32 = 3, INT64 = 4
   integer, parameter :: OP_SOFTMAX = 1, OP_LOG_SOFTMAX = 2, OP_LOGSUMEXP = 3
   integer(c_int), parameter :: INVALID_ARGUMENT = 1
 
@@ -81,6 +97,12 @@ module kflash
     type(c_array) :: alibi_slopes, sinks, bias, mask, cu_seqlens_q, cu_seqlens_k, block_table, cache_seqlens
     integer(c_int) :: schedule, num_splits
   end type c_attention_options
+
+  type, bind(c) :: c_cross_entropy_options
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: ignore_index
+    real(c_double) :: label_smoothing, z_loss
+  end type c_cross_entropy_options
 
   interface
     integer(c_int) function c_initialize() bind(c, name="kflash_initialize")
@@ -113,6 +135,26 @@ module kflash
       import :: c_int, c_array
       integer(c_int), value :: memory
       type(c_array), intent(in) :: o_parts, lse_parts, o, lse
+    end function
+    subroutine c_ce_options_init(options) bind(c, name="kflash_cross_entropy_options_init")
+      import :: c_cross_entropy_options
+      type(c_cross_entropy_options), intent(out) :: options
+    end subroutine
+    integer(c_int) function c_cross_entropy(memory, logits, targets, loss, mean, options) &
+        bind(c, name="kflash_cross_entropy")
+      import :: c_int, c_array, c_cross_entropy_options, c_ptr
+      integer(c_int), value :: memory
+      type(c_array), intent(in) :: logits, targets, loss
+      type(c_ptr), value :: mean
+      type(c_cross_entropy_options), intent(in) :: options
+    end function
+    integer(c_int) function c_cross_entropy_backward(memory, logits, targets, dloss, dlogits, lse, options) &
+        bind(c, name="kflash_cross_entropy_backward")
+      import :: c_int, c_array, c_cross_entropy_options, c_ptr
+      integer(c_int), value :: memory
+      type(c_array), intent(in) :: logits, targets, dloss, dlogits
+      type(c_ptr), value :: lse
+      type(c_cross_entropy_options), intent(in) :: options
     end function
   end interface
 
@@ -690,6 +732,180 @@ contains
                         described(c_loc(lse_parts), FLOAT64, shape(lse_parts)), &
                         described(c_loc(o), FLOAT64, shape(o)), described(c_loc(lse), FLOAT64, shape(lse))), &
                 "", stat, errmsg)
+  end subroutine
+
+  ! ---- Cross-entropy ----
+
+  !> The C options of opts (the defaults where absent).
+  function ce_options(opts) result(c)
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    type(c_cross_entropy_options) :: c
+    call c_ce_options_init(c)
+    if (.not. present(opts)) return
+    c%ignore_index = opts%ignore_index
+    c%label_smoothing = opts%label_smoothing
+    c%z_loss = opts%z_loss
+  end function
+
+  !> cross_entropy on described arrays; mean_ptr: a scalar of the logits' type, or null.
+  subroutine cross_entropy_call(logits, targets, loss, mean_ptr, opts, stat, errmsg)
+    type(c_array), intent(in) :: logits, targets, loss
+    type(c_ptr), intent(in) :: mean_ptr
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_array), target :: mean
+    type(c_ptr) :: m
+    m = c_null_ptr
+    if (c_associated(mean_ptr)) then
+      mean%data = mean_ptr
+      mean%dtype = logits%dtype
+      mean%rank = 1
+      mean%extent(1) = 1
+      m = c_loc(mean)
+    end if
+    call finish(c_cross_entropy(MEMORY_HOST, logits, targets, loss, m, ce_options(opts)), "", stat, errmsg)
+  end subroutine
+
+  !> cross_entropy_backward on described arrays; lse: the forward's, or data null.
+  subroutine cross_entropy_backward_call(logits, targets, dloss, dlogits, lse, opts, stat, errmsg)
+    type(c_array), intent(in) :: logits, targets, dloss, dlogits
+    type(c_array), intent(in), target :: lse
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_ptr) :: l
+    l = c_null_ptr
+    if (c_associated(lse%data)) l = c_loc(lse)
+    call finish(c_cross_entropy_backward(MEMORY_HOST, logits, targets, dloss, dlogits, l, ce_options(opts)), "", &
+                stat, errmsg)
+  end subroutine
+
+  !> loss(r) = the cross-entropy of logits(:, r) (a row of V classes) against class targets(r)
+  !> (from 0); mean, when present, the mean loss over the rows not ignored.
+  subroutine cross_entropy_r4_i4(logits, targets, loss, mean, opts, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: logits(:, :)
+    integer(c_int32_t), intent(in), target, contiguous :: targets(:)
+    real(c_float), intent(inout), target, contiguous :: loss(:)
+    real(c_float), intent(inout), target, optional :: mean
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_ptr) :: m
+    m = c_null_ptr
+    if (present(mean)) m = c_loc(mean)
+    call cross_entropy_call(described(c_loc(logits), FLOAT32, shape(logits)), &
+                            described(c_loc(targets), INT32, shape(targets)), &
+                            described(c_loc(loss), FLOAT32, shape(loss)), m, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_r4_i8(logits, targets, loss, mean, opts, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: logits(:, :)
+    integer(c_int64_t), intent(in), target, contiguous :: targets(:)
+    real(c_float), intent(inout), target, contiguous :: loss(:)
+    real(c_float), intent(inout), target, optional :: mean
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_ptr) :: m
+    m = c_null_ptr
+    if (present(mean)) m = c_loc(mean)
+    call cross_entropy_call(described(c_loc(logits), FLOAT32, shape(logits)), &
+                            described(c_loc(targets), INT64, shape(targets)), &
+                            described(c_loc(loss), FLOAT32, shape(loss)), m, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_r8_i4(logits, targets, loss, mean, opts, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: logits(:, :)
+    integer(c_int32_t), intent(in), target, contiguous :: targets(:)
+    real(c_double), intent(inout), target, contiguous :: loss(:)
+    real(c_double), intent(inout), target, optional :: mean
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_ptr) :: m
+    m = c_null_ptr
+    if (present(mean)) m = c_loc(mean)
+    call cross_entropy_call(described(c_loc(logits), FLOAT64, shape(logits)), &
+                            described(c_loc(targets), INT32, shape(targets)), &
+                            described(c_loc(loss), FLOAT64, shape(loss)), m, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_r8_i8(logits, targets, loss, mean, opts, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: logits(:, :)
+    integer(c_int64_t), intent(in), target, contiguous :: targets(:)
+    real(c_double), intent(inout), target, contiguous :: loss(:)
+    real(c_double), intent(inout), target, optional :: mean
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_ptr) :: m
+    m = c_null_ptr
+    if (present(mean)) m = c_loc(mean)
+    call cross_entropy_call(described(c_loc(logits), FLOAT64, shape(logits)), &
+                            described(c_loc(targets), INT64, shape(targets)), &
+                            described(c_loc(loss), FLOAT64, shape(loss)), m, opts, stat, errmsg)
+  end subroutine
+
+  !> dlogits(:, r) = dloss(r) times the gradient of row r's loss with respect to logits(:, r); lse,
+  !> when present, the forward's logsumexp of each row (it saves a pass over the logits). dlogits is
+  !> an array of its own (Fortran does not let one array be both logits and dlogits).
+  subroutine cross_entropy_backward_r4_i4(logits, targets, dloss, dlogits, lse, opts, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: logits(:, :), dloss(:)
+    integer(c_int32_t), intent(in), target, contiguous :: targets(:)
+    real(c_float), intent(inout), target, contiguous :: dlogits(:, :)
+    real(c_float), intent(in), target, contiguous, optional :: lse(:)
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_array) :: l
+    if (present(lse)) l = described(c_loc(lse), FLOAT32, shape(lse))
+    call cross_entropy_backward_call(described(c_loc(logits), FLOAT32, shape(logits)), &
+                                     described(c_loc(targets), INT32, shape(targets)), &
+                                     described(c_loc(dloss), FLOAT32, shape(dloss)), &
+                                     described(c_loc(dlogits), FLOAT32, shape(dlogits)), l, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_backward_r4_i8(logits, targets, dloss, dlogits, lse, opts, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: logits(:, :), dloss(:)
+    integer(c_int64_t), intent(in), target, contiguous :: targets(:)
+    real(c_float), intent(inout), target, contiguous :: dlogits(:, :)
+    real(c_float), intent(in), target, contiguous, optional :: lse(:)
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_array) :: l
+    if (present(lse)) l = described(c_loc(lse), FLOAT32, shape(lse))
+    call cross_entropy_backward_call(described(c_loc(logits), FLOAT32, shape(logits)), &
+                                     described(c_loc(targets), INT64, shape(targets)), &
+                                     described(c_loc(dloss), FLOAT32, shape(dloss)), &
+                                     described(c_loc(dlogits), FLOAT32, shape(dlogits)), l, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_backward_r8_i4(logits, targets, dloss, dlogits, lse, opts, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: logits(:, :), dloss(:)
+    integer(c_int32_t), intent(in), target, contiguous :: targets(:)
+    real(c_double), intent(inout), target, contiguous :: dlogits(:, :)
+    real(c_double), intent(in), target, contiguous, optional :: lse(:)
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_array) :: l
+    if (present(lse)) l = described(c_loc(lse), FLOAT64, shape(lse))
+    call cross_entropy_backward_call(described(c_loc(logits), FLOAT64, shape(logits)), &
+                                     described(c_loc(targets), INT32, shape(targets)), &
+                                     described(c_loc(dloss), FLOAT64, shape(dloss)), &
+                                     described(c_loc(dlogits), FLOAT64, shape(dlogits)), l, opts, stat, errmsg)
+  end subroutine
+  subroutine cross_entropy_backward_r8_i8(logits, targets, dloss, dlogits, lse, opts, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: logits(:, :), dloss(:)
+    integer(c_int64_t), intent(in), target, contiguous :: targets(:)
+    real(c_double), intent(inout), target, contiguous :: dlogits(:, :)
+    real(c_double), intent(in), target, contiguous, optional :: lse(:)
+    type(kflash_cross_entropy_options), intent(in), optional :: opts
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    type(c_array) :: l
+    if (present(lse)) l = described(c_loc(lse), FLOAT64, shape(lse))
+    call cross_entropy_backward_call(described(c_loc(logits), FLOAT64, shape(logits)), &
+                                     described(c_loc(targets), INT64, shape(targets)), &
+                                     described(c_loc(dloss), FLOAT64, shape(dloss)), &
+                                     described(c_loc(dlogits), FLOAT64, shape(dlogits)), l, opts, stat, errmsg)
   end subroutine
 
 end module kflash

@@ -1,7 +1,8 @@
 ! The Fortran module kflash against a naive reference in extended precision (real(ep), 64-bit
 ! mantissa): softmax and logsumexp on 1000 rows of 4096 (real(4)), log_softmax and logsumexp of one
 ! real(8) row, attention with GQA and causal (real(4)) and with a window, softcap and sinks (real(8)),
-! a merge of two key halves, the row gradients, and bad input through stat/errmsg (nothing written). Stops with a
+! a merge of two key halves, the row gradients, cross-entropy and its gradient (real(4) with int64
+! targets, real(8) with int32), and bad input through stat/errmsg (nothing written). Stops with a
 ! nonzero code on any failure. With an argument, a bad call without stat must stop the program.
 program test_fortran
   use kflash
@@ -22,6 +23,7 @@ program test_fortran
   call attention_window_sinks()
   call merge_halves()
   call gradients()
+  call cross_entropy_rows()
   call errors()
   call kflash_finalize()
   if (failures > 0) then
@@ -266,6 +268,76 @@ contains
   end subroutine
 
   ! Bad input: stat nonzero, errmsg naming the argument, nothing written.
+  !> Cross-entropy of 9 rows of 70 classes (one row ignored), label smoothing 0.1 and z-loss 1e-3:
+  !> each row's loss (1 - eps)(lse - x_t) + eps / C sum_c (lse - x_c) + z lse**2 and the mean
+  !> (real(4) logits, int64 targets); the gradient dloss ((1 + 2 z lse) p_c - eps / C - (1 - eps)
+  !> [c = t]) with and without the forward's lse (real(8), int32 targets); a target out of range.
+  subroutine cross_entropy_rows()
+    integer, parameter :: NC = 70, NR = 9
+    real(8) :: x8(NC, NR), dloss8(NR), dx8(NC, NR), dx8_lse(NC, NR), lse8(NR), loss8(NR), err
+    real(4) :: x4(NC, NR), loss4(NR), mean4
+    integer(8) :: t8(NR)
+    integer(4) :: t4(NR)
+    real(ep) :: lse(NR), ref_loss(NR), ref_mean, p, g
+    type(kflash_cross_entropy_options) :: opts
+    integer :: r, k, stat, used
+    character(200) :: msg
+    do r = 1, NR
+      call fill(x8(:, r), -6d0, 6d0)
+      t8(r) = int(mod(7 * r + 3, NC), 8)
+    end do
+    t8(5) = -100
+    t4 = int(t8, 4)
+    call fill(dloss8, -2d0, 2d0)
+    x4 = real(x8, 4)
+    opts%label_smoothing = 0.1d0
+    opts%z_loss = 1d-3
+    ref_mean = 0
+    used = 0
+    do r = 1, NR
+      lse(r) = maxval(real(x4(:, r), ep)) + log(sum(exp(real(x4(:, r), ep) - maxval(real(x4(:, r), ep)))))
+      ref_loss(r) = 0
+      if (t8(r) == -100) cycle
+      ref_loss(r) = (1 - 0.1_ep) * (lse(r) - real(x4(t8(r) + 1, r), ep)) + 0.1_ep / NC * sum(lse(r) - real(x4(:, r), ep)) &
+                    + 1e-3_ep * lse(r)**2
+      ref_mean = ref_mean + ref_loss(r)
+      used = used + 1
+    end do
+    ref_mean = ref_mean / used
+    call kflash_cross_entropy(x4, t8, loss4, mean4, opts)
+    err = real(maxval(abs(real(loss4, ep) - ref_loss)) / maxval(abs(ref_loss)), 8)
+    call check(err < 1d-6, 'cross_entropy real(4) loss', err)
+    call check(loss4(5) == 0, 'cross_entropy: the ignored row has loss 0')
+    err = real(abs(mean4 - ref_mean) / abs(ref_mean), 8)
+    call check(err < 1d-6, 'cross_entropy real(4) mean', err)
+
+    call kflash_cross_entropy(x8, t4, loss8, opts=opts)
+    call kflash_logsumexp(x8, lse8)
+    call kflash_cross_entropy_backward(x8, t4, dloss8, dx8, opts=opts)
+    call kflash_cross_entropy_backward(x8, t4, dloss8, dx8_lse, lse8, opts)
+    err = 0
+    do r = 1, NR
+      lse(r) = maxval(real(x8(:, r), ep)) + log(sum(exp(real(x8(:, r), ep) - maxval(real(x8(:, r), ep)))))
+      do k = 1, NC
+        g = 0
+        if (t4(r) /= -100) then
+          p = exp(real(x8(k, r), ep) - lse(r))
+          g = dloss8(r) * ((1 + 2 * 1e-3_ep * lse(r)) * p - 0.1_ep / NC)
+          if (k == t4(r) + 1) g = g - dloss8(r) * (1 - 0.1_ep)
+        end if
+        err = max(err, real(abs(dx8(k, r) - g), 8), real(abs(dx8_lse(k, r) - g), 8))
+      end do
+    end do
+    call check(err < 1d-12, 'cross_entropy_backward real(8)', err)
+    call check(all(dx8(:, 5) == 0), 'cross_entropy_backward: the ignored row has gradient 0')
+
+    loss8 = 7
+    t4(2) = NC
+    call kflash_cross_entropy(x8, t4, loss8, opts=opts, stat=stat, errmsg=msg)
+    call check(stat /= 0 .and. index(msg, 'kflash_cross_entropy') > 0 .and. all(loss8 == 7), &
+               'cross_entropy: a target out of range fails and writes nothing: '//trim(msg))
+  end subroutine
+
   subroutine errors()
     real(4) :: x(4, 3), y(4, 2), out(2), q(8, 4, 3, 2), k(8, 5, 2, 2), v(8, 5, 2, 2), k1(8, 5, 1, 2), &
                v1(8, 4, 1, 2), o(8, 4, 3, 2), y2(4, 3)
