@@ -212,11 +212,19 @@ void register_backend(Registry& reg) {
     if (reg.opt.full) add_attention(double(), c);
   }
 
-  // attention_backward (its first, untiled schedule: shapes of 1024 rows until the tiled one exists;
-  // the default grid has the causal one), after its materialised baseline on hosts
-  for (bool causal : {false, true}) {
-    if (!reg.opt.full && !causal) continue;
-    const AttnCase c{1, 8, 8, 1024, 1024, 64, causal, false};
+  // attention_backward, after its materialised baseline on hosts: the default grid has 1024 rows,
+  // causal; the full grid the forward's long shapes, causal and not, and GQA.
+  std::vector<AttnCase> backward_cases;
+  if (reg.opt.full) {
+    for (bool causal : {false, true})
+      for (AttnCase c : {AttnCase{1, 8, 8, 1024, 1024, 64, causal, false}, AttnCase{1, 8, 8, 4096, 4096, 64, causal, false},
+                         AttnCase{1, 4, 4, 4096, 4096, 128, causal, false},
+                         AttnCase{1, 8, 2, 4096, 4096, 64, causal, false}})
+        backward_cases.push_back(c);
+  } else {
+    backward_cases = {{1, 8, 8, 1024, 1024, 64, true, false}};
+  }
+  for (const AttnCase& c : backward_cases) {
     const auto add_backward = [&](auto type_tag) {
       using T = decltype(type_tag);
       const std::string base = be + "/attention_backward/" + type_name<T>() + "/" + attn_shape(c);

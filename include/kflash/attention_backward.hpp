@@ -3,7 +3,7 @@
 #pragma once
 
 #include <kflash/attention.hpp>
-#include <kflash/impl/schedule/attention_backward.hpp>
+#include <kflash/impl/spec/attention_backward_spec.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -125,9 +125,10 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
           [&](const AttentionPlan& p, const auto& terms, const auto& seq, const auto& qa, const auto& ka, const auto& va,
               const auto& oa, const auto& la, bool) {
             ran = true;
-            run_attention_backward(exec, p, terms, seq, qa, ka, va, oa, la, backward_rows(dout, seq.cu_q, p.B, p.Nq),
-                                   backward_rows(dq, seq.cu_q, p.B, p.Nq), backward_rows(dk, seq.cu_k, p.B, p.Nk),
-                                   backward_rows(dv, seq.cu_k, p.B, p.Nk), option_grads);
+            dispatch_attention_backward(exec, p, terms, seq, qa, ka, va, oa, la,
+                                        backward_rows(dout, seq.cu_q, p.B, p.Nq),
+                                        backward_rows(dq, seq.cu_q, p.B, p.Nq), backward_rows(dk, seq.cu_k, p.B, p.Nk),
+                                        backward_rows(dv, seq.cu_k, p.B, p.Nk), option_grads);
           },
           fn);
     } catch (const std::invalid_argument& e) {

@@ -1,6 +1,6 @@
 // The host kernels' attention tile: the scores by a micro-GEMM, each row's tile step (score stage,
 // tile state, merge: include/kflash/impl/tile/attention_step.hpp) on vector lanes, then O = fa O +
-// (fb P) V by a micro-GEMM.
+// (fb P) V by a micro-GEMM; and the plain products of the backward's tiles.
 #pragma once
 
 #include "gemm.hpp"
@@ -84,6 +84,56 @@ void attention_tile(const AttentionTile<T>& t) {
     }
   }
   gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
+}
+
+template <class T, int VB>
+void tile_product(const TileProduct<T>& t) {
+  constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors;
+  static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
+                "kflash: the tile products' padding must be a multiple of the register block's columns");
+  const auto run = [&](auto accumulate, auto a_transposed) {
+    gemm<T, R, NV, VB, decltype(accumulate)::value, NV, R * NV / 2, decltype(a_transposed)::value>(
+        t.a, t.lda, t.b, t.ldb, t.c, t.ldc, t.M, t.N, t.K);
+  };
+  using yes = std::true_type;
+  using no = std::false_type;
+  if (t.accumulate) {
+    t.a_transposed ? run(yes(), yes()) : run(yes(), no());
+  } else {
+    t.a_transposed ? run(no(), yes()) : run(no(), no());
+  }
+}
+
+template <class T, int VB>
+void backward_tile(const BackwardTile<T>& t) {
+  for (index_t r = 0; r < t.rows; ++r) {
+    T* s = t.s + r * t.ld;
+    T* d = t.d + r * t.ld;
+    const index_t jb = t.keys[r].begin, je = t.keys[r].end;
+    for (index_t j = 0; j < jb; ++j) s[j] = T(0), d[j] = T(0);
+    for (index_t j = je; j < t.nk; ++j) s[j] = T(0), d[j] = T(0);
+    const T scale = t.scale, lse = t.lse[r], delta = t.delta[r];
+    for (index_t j = jb; j < je; ++j) s[j] *= scale;
+    // dP - D, times softcap's slope 1 - tanh^2 where it is on (the capped score is softcap tanh).
+    if (t.softcap != T(0)) {
+      const T cap = t.softcap, inv = t.inv_softcap;
+      for (index_t j = jb; j < je; ++j) {
+        const T th = impl::tanh(s[j] * inv);
+        s[j] = cap * th;
+        d[j] = (d[j] - delta) * (T(1) - th * th);
+      }
+    } else {
+      for (index_t j = jb; j < je; ++j) d[j] -= delta;
+    }
+    if (t.score_rows != nullptr) score_stage_row(s, t.keys[r], T(0), T(0), t.score_rows + r);
+    // A masked pair (score -inf) gives exactly 0, whatever its dP.
+    for (index_t j = jb; j < je; ++j) {
+      const bool hidden = s[j] == -infinity<T>();
+      const T p = exp_nonpositive(s[j] - lse);
+      s[j] = hidden ? T(0) : p;
+      d[j] = hidden ? T(0) : p * d[j] * scale;
+    }
+  }
 }
 
 }  // namespace kflash::impl::host::internal

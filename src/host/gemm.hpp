@@ -20,11 +20,12 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
-/// c (+)= a b for an R x (NV vectors of VB bytes) block: a (R x K, lda), b (K x C, ldb), c (R x C,
-/// ldc), C = NV * VB / sizeof(T). The accumulators are R x NV vectors; each step of k loads NV
-/// vectors of b and broadcasts one element of a per row, and asks for the same columns of row k of
-/// next where k < next_rows.
-template <class T, int R, int NV, int VB, bool Accumulate>
+/// c (+)= a b for an R x (NV vectors of VB bytes) block: a (R x K, lda; with AT, a is stored
+/// transposed: element (r, k) at a[k * lda + r]), b (K x C, ldb), c (R x C, ldc), C = NV * VB /
+/// sizeof(T). The accumulators are R x NV vectors; each step of k loads NV vectors of b and
+/// broadcasts one element of a per row, and asks for the same columns of row k of next where
+/// k < next_rows.
+template <class T, int R, int NV, int VB, bool Accumulate, bool AT = false>
 inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K,
                        const T* next, index_t next_rows) {
   using V = Vec<T, VB>;
@@ -44,7 +45,7 @@ inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, i
     if (k < next_rows)
       for (int j = 0; j < NV; ++j) prefetch_l2(next + k * ldb + j * W);
     for (int r = 0; r < R; ++r) {
-      const T ar = a[r * lda + k];
+      const T ar = AT ? a[k * lda + r] : a[r * lda + k];
       for (int j = 0; j < NV; ++j) V::fma(acc[r][j], ar, bk[j]);
     }
   }
@@ -57,27 +58,29 @@ inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, i
 /// of R / 2 rows with twice the vectors (at most Cap), and so on down to single rows: a block of
 /// few rows (decode's one or few query rows a K/V head) then keeps as many accumulators busy and
 /// reads each row of b once, in whole lines, instead of once per strip. The first block of rows
-/// asks for rows [0, next_rows) of next (row stride ldb, N columns).
-template <class T, int R, int NV, int VB, bool Accumulate, int NV0 = NV, int Cap = R * NV / 2>
+/// asks for rows [0, next_rows) of next (row stride ldb, N columns). With AT, a is stored
+/// transposed (gemm_block).
+template <class T, int R, int NV, int VB, bool Accumulate, int NV0 = NV, int Cap = R * NV / 2, bool AT = false>
 inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
                  index_t K, const T* next = nullptr, index_t next_rows = 0) {
   constexpr index_t C = NV * VB / index_t(sizeof(T)), C0 = NV0 * VB / index_t(sizeof(T));
   if (next == nullptr) next = b, next_rows = 0;
+  const auto rows_from = [&](index_t i) { return a + (AT ? i : i * lda); };
   index_t i = 0;
   for (; i + R <= M; i += R, next_rows = 0) {
     index_t j = 0;
     for (; j + C <= N; j += C)
-      gemm_block<T, R, NV, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
-                                           next_rows);
+      gemm_block<T, R, NV, VB, Accumulate, AT>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
+                                               next_rows);
     for (; j < N; j += C0)
-      gemm_block<T, R, NV0, VB, Accumulate>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
-                                            next_rows);
+      gemm_block<T, R, NV0, VB, Accumulate, AT>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
+                                                next_rows);
   }
   if constexpr (R > 1) {
     constexpr int NV2 = 2 * NV <= Cap ? 2 * NV : NV;
     if (i < M)
-      gemm<T, R / 2, NV2, VB, Accumulate, NV0, Cap>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, N, K, next,
-                                                    next_rows);
+      gemm<T, R / 2, NV2, VB, Accumulate, NV0, Cap, AT>(rows_from(i), lda, b, ldb, c + i * ldc, ldc, M - i, N, K,
+                                                        next, next_rows);
   }
 }
 

@@ -49,6 +49,14 @@ namespace kflash::impl::host {
   attributes void attention_tile(const AttentionTile<double>& t) {                                            \
     internal::attention_tile<double, vector_bytes>(t);                                                        \
   }                                                                                                           \
+  attributes void tile_product(const TileProduct<float>& t) { internal::tile_product<float, vector_bytes>(t); } \
+  attributes void tile_product(const TileProduct<double>& t) {                                                \
+    internal::tile_product<double, vector_bytes>(t);                                                          \
+  }                                                                                                           \
+  attributes void backward_tile(const BackwardTile<float>& t) { internal::backward_tile<float, vector_bytes>(t); } \
+  attributes void backward_tile(const BackwardTile<double>& t) {                                              \
+    internal::backward_tile<double, vector_bytes>(t);                                                         \
+  }                                                                                                           \
   }
 
 KFLASH_IMPL_VARIANT(baseline, KFLASH_IMPL_FLATTEN, 16)
@@ -137,6 +145,10 @@ void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_D
 void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(const AttentionTile<float>& tile) { attention_tile(isa(), tile); }
 void attention_tile(const AttentionTile<double>& tile) { attention_tile(isa(), tile); }
+void tile_product(const TileProduct<float>& product) { KFLASH_IMPL_DISPATCH(isa(), tile_product(product)) }
+void tile_product(const TileProduct<double>& product) { KFLASH_IMPL_DISPATCH(isa(), tile_product(product)) }
+void backward_tile(const BackwardTile<float>& tile) { KFLASH_IMPL_DISPATCH(isa(), backward_tile(tile)) }
+void backward_tile(const BackwardTile<double>& tile) { KFLASH_IMPL_DISPATCH(isa(), backward_tile(tile)) }
 #undef KFLASH_IMPL_DISPATCH
 
 }  // namespace kflash::impl::host

@@ -87,6 +87,10 @@ struct HostTraits : CommonTraits {
   /// larger blocks stage it transposed once per tile for all their rows.
   static constexpr index_t dot_rows = 8;
   static_assert(block_k % attention_pad == 0, "kflash: block_k must be a multiple of attention_pad");
+  /// Query rows and keys per block of attention_backward's tiles (a multiple of attention_pad): the
+  /// tiles of a block pair, K, V and the accumulators of a block stay in the core's L2 cache.
+  static constexpr index_t backward_block = 64;
+  static_assert(backward_block % attention_pad == 0, "kflash: backward_block must be a multiple of attention_pad");
 
   // --- Micro-GEMM register blocks of the host kernels, by vector width in bytes: rows x
   // gemm_vectors vectors (8 accumulators of 16 SSE / AVX2 registers, 16 of 32 AVX-512 ones), and

@@ -52,22 +52,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// the mask View unless the user's score_mod comes before it (then it stays header-side, with the
   /// functors).
   TileScoreRow<T> score_row(const RowAt& row, index_t t0) const {
-    const ScoreOptions<T>& so = this->stage.opt;
-    TileScoreRow<T> sr;
-    if (so.alibi.on()) {
-      sr.alibi = true;
-      sr.slope = so.alibi(row.b, row.h);
-      sr.diagonal = row.c - t0;
-    }
-    if (so.bias.on()) {
-      sr.bias = so.bias.at(row.b, row.h, row.i, t0);
-      sr.bias_stride = so.bias.s3;
-    }
-    if (so.mask.on() && !Stage::user_score) {
-      sr.mask = so.mask.at(row.b, row.h, row.i, t0);
-      sr.mask_stride = so.mask.s3;
-    }
-    return sr;
+    return tile_score_row(this->stage.opt, row, t0, !Stage::user_score);
   }
 
   void operator()(const member_type& team) const {

@@ -105,6 +105,28 @@ struct TileScoreRow {
   index_t mask_stride = 0;
 };
 
+/// The TileScoreRow of the built-in options so (the score stage's) for `row` in the tile from key t0:
+/// ALiBi, bias, and the mask View unless mask_view is false (a user's score_mod comes before the
+/// mask: then it stays header-side, with the functors).
+template <class T>
+TileScoreRow<T> tile_score_row(const ScoreOptions<T>& so, const RowAt& row, index_t t0, bool mask_view) {
+  TileScoreRow<T> sr;
+  if (so.alibi.on()) {
+    sr.alibi = true;
+    sr.slope = so.alibi(row.b, row.h);
+    sr.diagonal = row.c - t0;
+  }
+  if (so.bias.on()) {
+    sr.bias = so.bias.at(row.b, row.h, row.i, t0);
+    sr.bias_stride = so.bias.s3;
+  }
+  if (so.mask.on() && mask_view) {
+    sr.mask = so.mask.at(row.b, row.h, row.i, t0);
+    sr.mask_stride = so.mask.s3;
+  }
+  return sr;
+}
+
 /// One K/V tile of attention for a block of query rows, in place on the block's running state:
 ///   s = q k^T (rows x bk); the score stage masks each row to its visible keys (keys); per row the
 ///   tile's (m, l) and weights (left in s), merged into state[r]; o = fa * o + fb * (s v).
@@ -144,5 +166,47 @@ void attention_tile(const AttentionTile<float>& tile);
 void attention_tile(const AttentionTile<double>& tile);
 void attention_tile(Isa which, const AttentionTile<float>& tile);
 void attention_tile(Isa which, const AttentionTile<double>& tile);
+
+/// c = a b, or c += a b with `accumulate`, for row-major b (K x N, row stride ldb) and c (M x N,
+/// ldc), N a multiple of HostTraits::attention_pad, and a (M x K) row-major with row stride lda, or
+/// with `a_transposed` stored as its transpose (K x M, row stride lda): the products of attention's
+/// backward tiles (host_attention_backward.hpp).
+template <class T>
+struct TileProduct {
+  const T* a;
+  index_t lda;
+  const T* b;
+  index_t ldb;
+  T* c;
+  index_t ldc;
+  index_t M, N, K;
+  bool accumulate = false;
+  bool a_transposed = false;
+};
+
+void tile_product(const TileProduct<float>& product);
+void tile_product(const TileProduct<double>& product);
+
+/// P and dS of a tile of attention's backward, in place over its raw scores s (q . k) and dP d
+/// (dout . v), row r at s + r * ld and d + r * ld, keys [0, nk): over the keys keys[r] row r sees,
+/// the built-in score stage of scale * s (softcap, then score_rows[r]'s ALiBi, bias and mask, as
+/// attention_tile's), then P = exp(score - lse[r]) and dS = P (dP - delta[r]) softcap' scale (the
+/// gradient of q . k); both 0 for every other key and where the mask hides the pair.
+template <class T>
+struct BackwardTile {
+  T* s;
+  T* d;
+  index_t ld;
+  index_t rows, nk;
+  const KeyRange* keys;
+  const T* lse;
+  const T* delta;
+  T scale;
+  T softcap = T(0), inv_softcap = T(0);
+  const TileScoreRow<T>* score_rows = nullptr;
+};
+
+void backward_tile(const BackwardTile<float>& tile);
+void backward_tile(const BackwardTile<double>& tile);
 
 }  // namespace kflash::impl::host

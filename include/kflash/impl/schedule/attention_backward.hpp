@@ -1,18 +1,21 @@
-// attention_backward's schedule (GUIDE §8, FlashAttention 2's algorithm): D = rowsum(dout ⊙ o) per
-// query row first; then dq by the thread that owns each query row, and dk and dv by the thread that
-// owns each key (summing over the query heads of its group), each recomputing its pairs' P from the
-// forward's lse through the tile layer's pair_grad. No atomics: each gradient element is written by
-// one thread in a fixed order, so the gradients are bit-identical run to run and for any number of
-// threads. Extra memory: D, one value per query row. The options' gradients (sinks, bias) by the
-// thread that owns each of their entries, the same way.
+// attention_backward's schedule (GUIDE §8, FlashAttention 2's algorithm): D =
+// rowsum(dout ⊙ o) per query row first; then dq by the thread that owns each
+// query row, and dk and dv by the thread that owns each key (summing over the
+// query heads of its group), each recomputing its pairs' P from the forward's
+// lse through the tile layer's pair_grad (the portable schedule; host spaces
+// take the tiles of host/host_attention_backward.hpp). No atomics: each
+// gradient element is written by one thread in a fixed order, so the gradients
+// are bit-identical run to run and for any number of threads. Extra memory: D,
+// one value per query row. The options' gradients (sinks, bias) by the thread
+// that owns each of their entries, the same way.
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
 
 namespace kflash::impl {
 
-/// What every backward kernel reads: the plan, the forward's terms, the sequences, q, k, v, dout
-/// and the forward's lse, and D.
+/// What every backward kernel reads: the plan, the forward's terms, the
+/// sequences, q, k, v, dout and the forward's lse, and D.
 template <class Terms, class Seq, class QV, class KV, class VV, class DOV, class LV, class DV>
 struct BackwardPairs {
   using T = std::remove_cv_t<typename DOV::value_type>;
@@ -26,18 +29,19 @@ struct BackwardPairs {
   LV lse;
   DV delta;
 
-  /// The key mask of batch b's sequences (bottom-right aligned, as the forward's).
+  /// The key mask of batch b's sequences (bottom-right aligned, as the
+  /// forward's).
   KOKKOS_INLINE_FUNCTION KeyMask mask_of(index_t b) const {
     const index_t nq = seq.nq(b), nk = seq.nk(b);
     return KeyMask{nk, p.at_offset ? p.query_offset : nk - nq, p.window_left, p.window_right};
   }
   /// Whether the block mask hides the pair (i, j) of query head h.
   KOKKOS_INLINE_FUNCTION bool block_hidden(index_t b, index_t h, index_t i, index_t j) const {
-    const BlockMask& bm = terms.block_mask;
+    const BlockMask &bm = terms.block_mask;
     return bm.blocks.on() && !bm.blocks(b, h, i / bm.rows, j / bm.keys);
   }
   /// The PairGrad of query row (b, h, i) at `at` with key j of K/V head hk.
-  KOKKOS_INLINE_FUNCTION PairGrad<T> pair(index_t b, index_t h, index_t hk, index_t i, const RowAt& at,
+  KOKKOS_INLINE_FUNCTION PairGrad<T> pair(index_t b, index_t h, index_t hk, index_t i, const RowAt &at,
                                           index_t j) const {
     T dot = T(0), dp = T(0);
     for (index_t d = 0; d < p.D; ++d) dot += q(b, h, i, d) * k(b, hk, j, d);
@@ -63,13 +67,14 @@ struct BackwardDeltaKernel {
   }
 };
 
-/// dq(b, h, i, :) = sum over the row's visible keys j of draw_ij * scale * k_j, by query row.
+/// dq(b, h, i, :) = sum over the row's visible keys j of draw_ij * scale * k_j,
+/// by query row.
 template <class Pairs, class DQV>
 struct BackwardDqKernel {
   Pairs pairs;
   DQV dq;
   KOKKOS_INLINE_FUNCTION void operator()(index_t item) const {
-    const AttentionPlan& p = pairs.p;
+    const AttentionPlan &p = pairs.p;
     const index_t i = item % p.Nq, h = item / p.Nq % p.Hq, b = item / (p.Nq * p.Hq);
     if (i >= pairs.seq.nq(b)) return;
     const index_t hk = h / p.group;
@@ -87,15 +92,16 @@ struct BackwardDqKernel {
   }
 };
 
-/// dk(b, hk, j, :) = sum of draw_ij * scale * q_i and dv(b, hk, j, :) = sum of p_ij * dout_i over the
-/// query rows i of every query head of K/V head hk's group that see key j, by key.
+/// dk(b, hk, j, :) = sum of draw_ij * scale * q_i and dv(b, hk, j, :) = sum of
+/// p_ij * dout_i over the query rows i of every query head of K/V head hk's
+/// group that see key j, by key.
 template <class Pairs, class DKV, class DVV>
 struct BackwardDkvKernel {
   Pairs pairs;
   DKV dk;
   DVV dv;
   KOKKOS_INLINE_FUNCTION void operator()(index_t item) const {
-    const AttentionPlan& p = pairs.p;
+    const AttentionPlan &p = pairs.p;
     const index_t j = item % p.Nk, hk = item / p.Nk % p.Hk, b = item / (p.Nk * p.Hk);
     if (j >= pairs.seq.nk(b)) return;
     for (index_t d = 0; d < p.D; ++d) dk(b, hk, j, d) = 0;
@@ -115,16 +121,18 @@ struct BackwardDkvKernel {
   }
 };
 
-/// The gradients of the options that have one, as unmanaged Views (null where not asked for): dsinks
-/// (Hq) and dbias in the bias's own shape (B or 1, Hq or 1, Nq, Nk).
+/// The gradients of the options that have one, as unmanaged Views (null where
+/// not asked for): dsinks (Hq) and dbias in the bias's own shape (B or 1, Hq or
+/// 1, Nq, Nk).
 template <class T, class Mem>
 struct OptionGrads {
-  Kokkos::View<T*, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dsinks;
-  Kokkos::View<T****, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dbias;
+  Kokkos::View<T *, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dsinks;
+  Kokkos::View<T ****, Kokkos::LayoutStride, Mem, Kokkos::MemoryUnmanaged> dbias;
 };
 
-/// dsinks(h) = -sum over the rows (b, i) of query head h of exp(sink_h - lse) D: a sink's
-/// probability takes its share of every row's output away (its value is 0). By query head.
+/// dsinks(h) = -sum over the rows (b, i) of query head h of exp(sink_h - lse)
+/// D: a sink's probability takes its share of every row's output away (its
+/// value is 0). By query head.
 template <class Pairs, class DS>
 struct BackwardDsinksKernel {
   Pairs pairs;
@@ -141,14 +149,15 @@ struct BackwardDsinksKernel {
   }
 };
 
-/// dbias(bb, hb, i, j) = sum of the pair's dmod over the batches and query heads the entry is
-/// broadcast to (one, or all where the bias's extent is 1), in order. By bias entry.
+/// dbias(bb, hb, i, j) = sum of the pair's dmod over the batches and query
+/// heads the entry is broadcast to (one, or all where the bias's extent is 1),
+/// in order. By bias entry.
 template <class Pairs, class DB>
 struct BackwardDbiasKernel {
   Pairs pairs;
   DB dbias;
   KOKKOS_INLINE_FUNCTION void operator()(index_t n) const {
-    const AttentionPlan& p = pairs.p;
+    const AttentionPlan &p = pairs.p;
     const index_t nk_ = dbias.extent(3), nq_ = dbias.extent(2), eh = dbias.extent(1);
     const index_t j = n % nk_, i = n / nk_ % nq_, hb = n / (nk_ * nq_) % eh, bb = n / (nk_ * nq_ * eh);
     const bool all_b = dbias.extent(0) == 1, all_h = eh == 1;
@@ -167,8 +176,8 @@ struct BackwardDbiasKernel {
   }
 };
 
-/// Sets every element of a View of rank 3 or 4, any layout, to 0 (Kokkos 3.4 cannot fill a
-/// LayoutStride View).
+/// Sets every element of a View of rank 3 or 4, any layout, to 0 (Kokkos 3.4
+/// cannot fill a LayoutStride View).
 template <class View>
 struct ZeroKernel {
   View v;
@@ -184,40 +193,50 @@ struct ZeroKernel {
 };
 
 template <class ExecSpace, class View>
-void zero_fill(const ExecSpace& exec, const View& v) {
+void zero_fill(const ExecSpace &exec, const View &v) {
   Kokkos::parallel_for("kflash::attention_backward zero",
                        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(exec, 0, index_t(v.size())),
                        ZeroKernel<View>{v});
 }
 
-/// Runs the backward kernels of a checked call whose shapes are in p (the forward's plan before
-/// scheduling) on Views as the kernels read them (dense, or varlen's packed rows).
-template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV, class DOV,
-          class DQV, class DKV, class DVV, class Grads>
-void run_attention_backward(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq, const QV& q,
-                            const KV& k, const VV& v, const OV& o, const LV& lse, const DOV& dout, const DQV& dq,
-                            const DKV& dk, const DVV& dv, const Grads& grads) {
+/// The Pairs of a checked call whose shapes are in p (the forward's plan before
+/// scheduling), on Views as the kernels read them (dense, or varlen's packed
+/// rows), with D computed (its View held by the Pairs: fence before they go).
+template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV, class DOV>
+auto backward_pairs(const ExecSpace &exec, AttentionPlan p, const Terms &terms, const Seq &seq, const QV &q,
+                    const KV &k, const VV &v, const OV &o, const LV &lse, const DOV &dout) {
   using T = typename OV::non_const_value_type;
-  using DV = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  using DV = Kokkos::View<T ***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   p.group = p.Hq / p.Hk;
   const DV delta(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::attention_backward D"), p.B, p.Hq,
                  p.Nq);
-  using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
-  Kokkos::parallel_for("kflash::attention_backward D", Range(exec, 0, p.B * p.Hq * p.Nq),
+  Kokkos::parallel_for("kflash::attention_backward D",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(exec, 0, p.B * p.Hq * p.Nq),
                        BackwardDeltaKernel<Seq, DOV, OV, DV>{seq, dout, o, delta, p.Hq, p.Nq, p.Dv});
-  using Pairs = BackwardPairs<Terms, Seq, QV, KV, VV, DOV, LV, DV>;
-  const Pairs pairs{p, terms, seq, q, k, v, dout, lse, delta};
+  return BackwardPairs<Terms, Seq, QV, KV, VV, DOV, LV, DV>{p, terms, seq, q, k, v, dout, lse, delta};
+}
+
+/// dq by query row, then dk and dv by key: the portable schedule.
+template <class ExecSpace, class Pairs, class DQV, class DKV, class DVV>
+void run_backward_by_rows(const ExecSpace &exec, const Pairs &pairs, const DQV &dq, const DKV &dk, const DVV &dv) {
+  using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
+  const AttentionPlan &p = pairs.p;
   Kokkos::parallel_for("kflash::attention_backward dq", Range(exec, 0, p.B * p.Hq * p.Nq),
                        BackwardDqKernel<Pairs, DQV>{pairs, dq});
   Kokkos::parallel_for("kflash::attention_backward dk dv", Range(exec, 0, p.B * p.Hk * p.Nk),
                        BackwardDkvKernel<Pairs, DKV, DVV>{pairs, dk, dv});
+}
+
+/// The options' gradients grads asks for (dsinks, dbias).
+template <class ExecSpace, class Pairs, class Grads>
+void run_option_grads(const ExecSpace &exec, const Pairs &pairs, const Grads &grads) {
+  using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
   if (grads.dsinks.data())
-    Kokkos::parallel_for("kflash::attention_backward dsinks", Range(exec, 0, p.Hq),
+    Kokkos::parallel_for("kflash::attention_backward dsinks", Range(exec, 0, pairs.p.Hq),
                          BackwardDsinksKernel<Pairs, decltype(grads.dsinks)>{pairs, grads.dsinks});
   if (grads.dbias.data())
     Kokkos::parallel_for("kflash::attention_backward dbias", Range(exec, 0, index_t(grads.dbias.size())),
                          BackwardDbiasKernel<Pairs, decltype(grads.dbias)>{pairs, grads.dbias});
-  exec.fence();  // D must outlive the kernels
 }
 
 }  // namespace kflash::impl
