@@ -903,11 +903,11 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
 
 /// attention_backward after one forward of case c (dense layout; its options as attention_case's):
 /// FLOP counted as FlashAttention counts them, 2.5 times the forward's, against the multiply-add
-/// peak; the extra memory is D, one value per query row, and on hosts the packed operands and each
-/// thread's tiles. variant 1: materialised through the BLAS, head by head as a BLAS user would
-/// write it: S = scale Q K^T, P = softmax(S) (the forward baseline's row passes), dV += P^T dO,
-/// dP = dO V^T, dS = P (dP - rowsum(P dP)) by one Kokkos pass, dQ = scale dS K, dK += scale dS^T Q;
-/// two Nq x Nk buffers.
+/// peak; the extra memory is D, one value per query row, and on hosts the packed operands, the
+/// partial dq and each thread's tiles. variant 1: materialised through the BLAS, head by head as a
+/// BLAS user would write it: S = scale Q K^T, P = softmax(S) (the forward baseline's row passes),
+/// dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) by one Kokkos pass, dQ = scale dS K,
+/// dK += scale dS^T Q; two Nq x Nk buffers.
 template <class Exec, class T>
 void attention_backward_case(benchmark::State& state, const std::string& backend, const AttnCase& c, int variant,
                              int blas_thread_count) {
@@ -966,13 +966,13 @@ void attention_backward_case(benchmark::State& state, const std::string& backend
   const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
   const std::string peak = backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64");
   const std::string limit = !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm");
-  // On hosts: the operands packed once (K twice, V, Q and dout, padded) and each thread's tiles.
+  // On hosts: the host schedule's workspace (packed operands, partial dq) and each thread's tiles.
   using HT = kflash::impl::HostTraits;
-  const auto up = [](index_t n, index_t m) { return double((n + m - 1) / m * m); };
-  const double bl = double(HT::backward_block), dpad = up(c.D, HT::attention_pad);
-  const double packs = (3.0 * c.B * c.Hk * up(c.Nk, HT::backward_block) + 2.0 * c.B * c.H * up(c.Nq, HT::backward_block)) * dpad;
-  const double tiles = double(exec.concurrency()) * (2 * bl * dpad + 2 * bl * bl);
-  const double host_extra = host ? (packs + tiles) * sizeof(T) : 0;
+  kflash::impl::AttentionPlan plan;
+  plan.B = c.B, plan.Hq = c.H, plan.Hk = c.Hk, plan.Nq = c.Nq, plan.Nk = c.Nk, plan.D = plan.Dv = c.D;
+  const auto packs = kflash::impl::host::BackwardPacks::of<T, mem>(plan);
+  const double bl = double(HT::backward_block), tile_values = 2 * bl * double(packs.dp) + 2 * bl * bl;
+  const double host_extra = host ? double(packs.bytes) + double(exec.concurrency()) * tile_values * sizeof(T) : 0;
   set_relative(state, limit, flops / s, key, s, double(c.B) * c.H * double(c.Nq) * sizeof(T) + host_extra);
   set_work(state, flops, (5.0 * c.B * c.H * double(c.Nq) + 4.0 * c.B * c.Hk * double(c.Nk)) * c.D * sizeof(T));
 }

@@ -91,6 +91,11 @@ struct HostTraits : CommonTraits {
   /// tiles of a block pair, K, V and the accumulators of a block stay in the core's L2 cache.
   static constexpr index_t backward_block = 64;
   static_assert(backward_block % attention_pad == 0, "kflash: backward_block must be a multiple of attention_pad");
+  /// attention_backward deals each K/V head's blocks of keys to enough groups for about this many
+  /// work items (fewer where there are fewer blocks); each group keeps a partial dq. The number
+  /// depends on the shapes alone, so that the sums, and the bits, do not depend on the threads:
+  /// hosts with more threads than this idle some of them on calls of few heads.
+  static constexpr index_t backward_items = 32;
 
   // --- Micro-GEMM register blocks of the host kernels, by vector width in bytes: rows x
   // gemm_vectors vectors (8 accumulators of 16 SSE / AVX2 registers, 16 of 32 AVX-512 ones), and

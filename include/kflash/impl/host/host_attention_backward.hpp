@@ -1,11 +1,11 @@
 // The host schedule of attention_backward's dq, dk and dv (FlashAttention 2's tiles, without its
-// atomics): one thread per block of keys of a K/V head computes their dk and dv over the query rows
-// of every head of the group that see them; then one thread per block of query rows computes their
-// dq over the keys they see. Each pair of blocks recomputes its scores and dP by the compiled tile
-// products, turns them into P and dS (by the compiled backward_tile for the built-in options, pair
-// by pair through the tile layer's pair_grad for the user's functors and block masks), and adds its
-// products to the thread's accumulators. Each gradient element is summed by one thread in a fixed
-// order: bit-identical for any number of threads.
+// atomics): the keys of each K/V head are dealt, block by block, to a fixed number of groups (a
+// function of the shapes alone); one thread per group takes its blocks in order and, for each,
+// every block of query rows of the head's group that sees it: scores and dP by the compiled tile
+// products, P and dS in their place (by the compiled backward_tile for the built-in options, pair
+// by pair through the tile layer's pair_grad for the user's functors and block masks), then
+// dv += P^T dout, dk += dS^T q and the group's partial dq += dS k. A last pass sums each dq over the
+// groups in order. Each sum has one order whatever the number of threads: bit-identical results.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +17,15 @@
 
 namespace kflash::impl::host {
 
-/// Where the host schedule keeps its operands, packed once per call into one workspace and
-/// zero-padded (rows to whole blocks, columns to attention_pad): per K/V head, K by rows (ldk x dp)
-/// and, block by block of keys, K and V transposed (dp x block, dvp x block); per query head, Q and
-/// dout by rows (ldq x dp, ldq x dvp). Offsets in bytes; extra memory O(N (D + Dv)).
+/// Where the host schedule keeps what it shares, in one workspace: its operands, packed once per
+/// call and zero-padded (rows to whole blocks, columns to attention_pad): per K/V head, K by rows
+/// (ldk x dp) and, block by block of keys, K and V transposed (dp x block, dvp x block); per query
+/// head, Q and dout by rows (ldq x dp, ldq x dvp); and each key group's partial dq (groups x B x Hq
+/// x ldq x dp). Offsets in bytes; extra memory O((groups + 1) N (D + Dv)).
 struct BackwardPacks {
   static constexpr index_t block = HostTraits::backward_block;
-  index_t dp, dvp, ldq, ldk;
-  std::size_t ks = 0, kt, vt, qs, dos, bytes;
+  index_t dp, dvp, ldq, ldk, groups;
+  std::size_t ks = 0, kt, vt, qs, dos, dq, bytes;
 
   template <class T, class MemorySpace>
   static BackwardPacks of(const AttentionPlan& p) {
@@ -33,13 +34,18 @@ struct BackwardPacks {
     BackwardPacks w;
     w.dp = (p.D + pad - 1) / pad * pad, w.dvp = (p.Dv + pad - 1) / pad * pad;
     w.ldq = (p.Nq + block - 1) / block * block, w.ldk = (p.Nk + block - 1) / block * block;
+    // Enough groups for backward_items work items, at most one per block of keys.
+    const index_t heads = p.B * p.Hk > 0 ? p.B * p.Hk : 1, blocks = w.ldk / block;
+    w.groups = (HostTraits::backward_items + heads - 1) / heads;
+    w.groups = w.groups < blocks ? w.groups : (blocks > 0 ? blocks : 1);
     const auto values = [](index_t n) { return Scratch::aligned(sizeof(T) * std::size_t(n)); };
     const index_t keys = p.B * p.Hk * w.ldk, rows = p.B * p.Hq * w.ldq;
     w.kt = w.ks + values(keys * w.dp);
     w.vt = w.kt + values(keys * w.dp);
     w.qs = w.vt + values(keys * w.dvp);
     w.dos = w.qs + values(rows * w.dp);
-    w.bytes = w.dos + values(rows * w.dvp);
+    w.dq = w.dos + values(rows * w.dvp);
+    w.bytes = w.dq + values(w.groups * rows * w.dp);
     return w;
   }
 };
@@ -79,9 +85,6 @@ struct HostAttentionBackward {
   using Rows = Kokkos::View<RowAt*, scratch_space, Kokkos::MemoryUnmanaged>;
   using Ranges = Kokkos::View<KeyRange*, scratch_space, Kokkos::MemoryUnmanaged>;
   using ScoreRows = Kokkos::View<TileScoreRow<T>*, scratch_space, Kokkos::MemoryUnmanaged>;
-  /// Work items: blocks of keys (dk, dv), then blocks of query rows (dq).
-  struct ByKeys {};
-  struct ByQueries {};
   static constexpr index_t block = HostTraits::backward_block;
   static constexpr index_t pad = HostTraits::attention_pad;
   static constexpr index_t align = 64 / index_t(sizeof(T));  // tiles start on cache lines
@@ -93,21 +96,22 @@ struct HostAttentionBackward {
   DVV dv;
   BackwardPacks w;
   const T *ks_, *kt_, *vt_, *qs_, *dos_;  // the packed operands
-  index_t dp, dvp, nqb, nkb;              // D and Dv padded; query and key blocks per head
+  T* dq_;                                 // the groups' partial dq
+  index_t dp, dvp, nkb;                   // D and Dv padded; blocks of keys per head
   int scratch_level = 0;
 
-  HostAttentionBackward(const Pairs& pairs_, const DQV& dq_, const DKV& dk_, const DVV& dv_, const BackwardPacks& w_,
-                        const char* workspace)
-      : pairs(pairs_), dq(dq_), dk(dk_), dv(dv_), w(w_) {
+  HostAttentionBackward(const Pairs& pairs_, const DQV& dq_out, const DKV& dk_, const DVV& dv_, const BackwardPacks& w_,
+                        char* workspace)
+      : pairs(pairs_), dq(dq_out), dk(dk_), dv(dv_), w(w_) {
     ks_ = reinterpret_cast<const T*>(workspace + w.ks), kt_ = reinterpret_cast<const T*>(workspace + w.kt);
     vt_ = reinterpret_cast<const T*>(workspace + w.vt), qs_ = reinterpret_cast<const T*>(workspace + w.qs);
-    dos_ = reinterpret_cast<const T*>(workspace + w.dos);
-    dp = w.dp, dvp = w.dvp, nqb = w.ldq / block, nkb = w.ldk / block;
+    dos_ = reinterpret_cast<const T*>(workspace + w.dos), dq_ = reinterpret_cast<T*>(workspace + w.dq);
+    dp = w.dp, dvp = w.dvp, nkb = w.ldk / block;
   }
   static index_t round_up(index_t n) { return (n + pad - 1) / pad * pad; }
 
-  /// The tiles of a work item in its scratch, in values: its accumulators (dk and dv, or dq), and
-  /// a block pair's scores and dP.
+  /// The tiles of a work item in its scratch, in values: a block of keys' dk and dv, and a block
+  /// pair's scores and dP.
   index_t tile_values() const { return block * (dp + dvp) + 2 * block * block + align; }
   std::size_t scratch_bytes() const {
     return Values::shmem_size(tile_values()) + Rows::shmem_size(block) + 2 * Ranges::shmem_size(block) +
@@ -119,6 +123,10 @@ struct HostAttentionBackward {
   const T* q_rows(index_t b, index_t h, index_t i0) const { return qs_ + ((b * pairs.p.Hq + h) * w.ldq + i0) * dp; }
   const T* dout_rows(index_t b, index_t h, index_t i0) const {
     return dos_ + ((b * pairs.p.Hq + h) * w.ldq + i0) * dvp;
+  }
+  /// Key group g's partial dq of query head h of batch b from row i0.
+  T* dq_rows(index_t g, index_t b, index_t h, index_t i0) const {
+    return dq_ + (((g * pairs.p.B + b) * pairs.p.Hq + h) * w.ldq + i0) * dp;
   }
   const T* k_rows(index_t b, index_t hk, index_t j0) const { return ks_ + ((b * pairs.p.Hk + hk) * w.ldk + j0) * dp; }
   const T* k_block(index_t b, index_t hk, index_t j0) const { return kt_ + ((b * pairs.p.Hk + hk) * w.ldk + j0) * dp; }
@@ -214,73 +222,81 @@ struct HostAttentionBackward {
     }
   }
 
-  /// dk and dv of keys [j0, j0 + nk) of K/V head hk of batch b.
-  void operator()(ByKeys, const member_type& team) const {
+  /// Key group g of K/V head hk of batch b: dk and dv of its blocks of keys, and its partial dq of
+  /// the head's group of query heads.
+  void operator()(const member_type& team) const {
     const AttentionPlan& p = pairs.p;
-    const index_t kb = team.league_rank() % nkb, hk = team.league_rank() / nkb % p.Hk,
-                  b = team.league_rank() / (nkb * p.Hk);
-    const index_t j0 = kb * block, nk_b = pairs.seq.nk(b);
-    if (j0 >= nk_b) return;
-    const index_t nk = nk_b - j0 < block ? nk_b - j0 : block;
+    const index_t G = w.groups, g = team.league_rank() % G, hk = team.league_rank() / G % p.Hk,
+                  b = team.league_rank() / (G * p.Hk);
+    const index_t nk_b = pairs.seq.nk(b), nq = pairs.seq.nq(b);
+    const index_t h0 = hk * p.group, h1 = h0 + p.group;
+    for (index_t h = h0; h < h1; ++h) {
+      T* part = dq_rows(g, b, h, 0);
+      for (index_t n = 0; n < nq * dp; ++n) part[n] = T(0);
+    }
     QueryBlock qb;
     T* dks = tiles(team, qb);    // block x dp
     T* dvs = dks + block * dp;   // block x dvp
     T* s = dvs + block * dvp;    // block x block: scores, then P
     T* dps = s + block * block;  // block x block: dP, then dS
-    const T* kt = k_block(b, hk, j0);
-    const T* vt = v_block(b, hk, j0);
-    for (index_t n = 0; n < block * dp; ++n) dks[n] = T(0);
-    for (index_t n = 0; n < block * dvp; ++n) dvs[n] = T(0);
     const KeyMask mask = pairs.mask_of(b);
-    const index_t nq = pairs.seq.nq(b);
-    for (index_t h = hk * p.group; h < (hk + 1) * p.group; ++h)
-      for (index_t i0 = 0; i0 < nq; i0 += block) {
-        load_rows(qb, b, h, i0, mask);
-        if (!sees_any(qb, j0, nk)) continue;
-        const T* qs = q_rows(b, h, i0);
-        const T* dos = dout_rows(b, h, i0);
-        pair_block(qs, dos, kt, vt, s, dps, qb, j0, nk);
-        // dv += P^T dout, dk += dS^T q: P and dS read transposed.
-        tile_product(TileProduct<T>{s, block, dos, dvp, dvs, dvp, nk, dvp, qb.rows, true, true});
-        tile_product(TileProduct<T>{dps, block, qs, dp, dks, dp, nk, dp, qb.rows, true, true});
-      }
-    for (index_t jj = 0; jj < nk; ++jj) {
-      for (index_t d = 0; d < p.D; ++d) dk(b, hk, j0 + jj, d) = dks[jj * dp + d];
-      for (index_t d = 0; d < p.Dv; ++d) dv(b, hk, j0 + jj, d) = dvs[jj * dvp + d];
-    }
-  }
-
-  /// dq of query rows [i0, i0 + block) of query head h of batch b.
-  void operator()(ByQueries, const member_type& team) const {
-    const AttentionPlan& p = pairs.p;
-    const index_t qbi = team.league_rank() % nqb, h = team.league_rank() / nqb % p.Hq,
-                  b = team.league_rank() / (nqb * p.Hq);
-    const index_t i0 = qbi * block, hk = h / p.group;
-    if (i0 >= pairs.seq.nq(b)) return;
-    QueryBlock qb;
-    T* dqs = tiles(team, qb);    // block x dp
-    T* s = dqs + block * dp;     // block x block: scores, then P
-    T* dps = s + block * block;  // block x block: dP, then dS
-    load_rows(qb, b, h, i0, pairs.mask_of(b));
-    const T* qs = q_rows(b, h, i0);
-    const T* dos = dout_rows(b, h, i0);
-    for (index_t n = 0; n < block * dp; ++n) dqs[n] = T(0);
-    const index_t nk_b = pairs.seq.nk(b);
-    for (index_t j0 = 0; j0 < nk_b; j0 += block) {
+    for (index_t j0 = g * block; j0 < nk_b; j0 += G * block) {
       const index_t nk = nk_b - j0 < block ? nk_b - j0 : block;
-      if (!sees_any(qb, j0, nk)) continue;
-      pair_block(qs, dos, k_block(b, hk, j0), v_block(b, hk, j0), s, dps, qb, j0, nk);
-      // dq += dS k
-      tile_product(TileProduct<T>{dps, block, k_rows(b, hk, j0), dp, dqs, dp, qb.rows, dp, nk, true});
+      const T* kt = k_block(b, hk, j0);
+      const T* vt = v_block(b, hk, j0);
+      const T* ks = k_rows(b, hk, j0);
+      for (index_t n = 0; n < block * dp; ++n) dks[n] = T(0);
+      for (index_t n = 0; n < block * dvp; ++n) dvs[n] = T(0);
+      for (index_t h = h0; h < h1; ++h)
+        for (index_t i0 = 0; i0 < nq; i0 += block) {
+          load_rows(qb, b, h, i0, mask);
+          if (!sees_any(qb, j0, nk)) continue;
+          const T* qs = q_rows(b, h, i0);
+          const T* dos = dout_rows(b, h, i0);
+          pair_block(qs, dos, kt, vt, s, dps, qb, j0, nk);
+          // dq += dS k; dv += P^T dout and dk += dS^T q (P and dS read transposed), asking for the
+          // next block's dout and q (the packs are far larger than the caches).
+          tile_product(TileProduct<T>{dps, block, ks, dp, dq_rows(g, b, h, i0), dp, qb.rows, dp, nk, true});
+          const bool last = i0 + block >= nq;
+          const index_t hn = last ? h + 1 : h, in = last ? 0 : i0 + block;
+          const index_t ahead = hn < h1 ? (nq - in < block ? nq - in : block) : 0;
+          tile_product(
+              TileProduct<T>{s, block, dos, dvp, dvs, dvp, nk, dvp, qb.rows, true, true, dout_rows(b, hn, in), ahead});
+          tile_product(
+              TileProduct<T>{dps, block, qs, dp, dks, dp, nk, dp, qb.rows, true, true, q_rows(b, hn, in), ahead});
+        }
+      for (index_t jj = 0; jj < nk; ++jj) {
+        for (index_t d = 0; d < p.D; ++d) dk(b, hk, j0 + jj, d) = dks[jj * dp + d];
+        for (index_t d = 0; d < p.Dv; ++d) dv(b, hk, j0 + jj, d) = dvs[jj * dvp + d];
+      }
     }
-    for (index_t r = 0; r < qb.rows; ++r)
-      for (index_t d = 0; d < p.D; ++d) dq(b, h, i0 + r, d) = dqs[r * dp + d];
   }
 };
 
-/// dq, dk and dv of a checked call by the host schedule: its operands packed, then the key pass,
-/// then the query pass, each work item handed to the next free thread (causal and windowed blocks
-/// differ in work).
+/// dq(b, h, i, :) = the sum of the key groups' partial dq in group order, by query row.
+template <class Seq, class DQV, class T>
+struct SumPartialDq {
+  Seq seq;
+  DQV dq;
+  const T* parts;
+  index_t B, Hq, Nq, ldq, dp, D, groups;
+
+  void operator()(index_t item) const {
+    const index_t i = item % Nq, h = item / Nq % Hq, b = item / (Nq * Hq);
+    if (i >= seq.nq(b)) return;
+    const std::size_t stride = std::size_t(B * Hq * ldq * dp);
+    const T* part = parts + ((b * Hq + h) * ldq + i) * dp;
+    for (index_t d = 0; d < D; ++d) {
+      T sum = part[d];
+      for (index_t g = 1; g < groups; ++g) sum += part[g * stride + d];
+      dq(b, h, i, d) = sum;
+    }
+  }
+};
+
+/// dq, dk and dv of a checked call by the host schedule: its operands packed, then the key groups
+/// (each work item handed to the next free thread: causal and windowed blocks differ in work), then
+/// the sum of their partial dq.
 template <class ExecSpace, class Pairs, class DQV, class DKV, class DVV>
 void run_host_attention_backward(const ExecSpace& exec, const Pairs& pairs, const DQV& dq, const DKV& dk,
                                  const DVV& dv) {
@@ -306,13 +322,14 @@ void run_host_attention_backward(const ExecSpace& exec, const Pairs& pairs, cons
   Kernel kernel(pairs, dq, dk, dv, w, base);
   const std::size_t bytes = kernel.scratch_bytes();
   kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
-  const auto launch = [&](auto tag, index_t items, const char* label) {
-    using Policy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>, decltype(tag)>;
-    Kokkos::parallel_for(
-        label, Policy(exec, int(items), 1, 1).set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)), kernel);
-  };
-  launch(typename Kernel::ByKeys(), p.B * p.Hk * kernel.nkb, "kflash::attention_backward dk dv");
-  launch(typename Kernel::ByQueries(), p.B * p.Hq * kernel.nqb, "kflash::attention_backward dq");
+  using Policy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+  Kokkos::parallel_for(
+      "kflash::attention_backward dq dk dv",
+      Policy(exec, int(p.B * p.Hk * w.groups), 1, 1).set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+      kernel);
+  Kokkos::parallel_for("kflash::attention_backward dq sum", Range(exec, 0, p.B * p.Hq * p.Nq),
+                       SumPartialDq<decltype(pairs.seq), DQV, T>{pairs.seq, dq, reinterpret_cast<const T*>(base + w.dq),
+                                                                 p.B, p.Hq, p.Nq, w.ldq, w.dp, p.D, w.groups});
   exec.fence();  // the workspace must outlive the kernels
 }
 

@@ -170,7 +170,8 @@ void attention_tile(Isa which, const AttentionTile<double>& tile);
 /// c = a b, or c += a b with `accumulate`, for row-major b (K x N, row stride ldb) and c (M x N,
 /// ldc), N a multiple of HostTraits::attention_pad, and a (M x K) row-major with row stride lda, or
 /// with `a_transposed` stored as its transpose (K x M, row stride lda): the products of attention's
-/// backward tiles (host_attention_backward.hpp).
+/// backward tiles (host_attention_backward.hpp). Rows [0, next_rows) of next (b's successor: N
+/// columns, row stride ldb) are asked into the L2 cache while the product runs.
 template <class T>
 struct TileProduct {
   const T* a;
@@ -182,6 +183,8 @@ struct TileProduct {
   index_t M, N, K;
   bool accumulate = false;
   bool a_transposed = false;
+  const T* next = nullptr;
+  index_t next_rows = 0;
 };
 
 void tile_product(const TileProduct<float>& product);
