@@ -358,6 +358,15 @@ TYPED_TEST(AttentionBackwardTest, Deterministic) {
     run[0] = flatten4(dq_), run[1] = flatten4(dk_), run[2] = flatten4(dv_);
   }
   for (int g = 0; g < 3; ++g) EXPECT_EQ(runs[0][g], runs[1][g]) << "gradient " << g << " differs between two runs";
+  {  // The inputs as Views of const values (o and lse are inputs here): the same bits.
+    using CV = Kokkos::View<const T****, Kokkos::LayoutRight, AMem>;
+    const CV qc = on_device(q), kc = on_device(k), vc = on_device(v), oc = o, dc = on_device(dout);
+    const Kokkos::View<const T***, AMem> lc = lse;
+    kflash::attention_backward(AExec(), qc, kc, vc, oc, lc, dc, dq_, dk_, dv_, opt);
+    EXPECT_EQ(runs[0][0], flatten4(dq_)) << "dq from const Views";
+    EXPECT_EQ(runs[0][1], flatten4(dk_)) << "dk from const Views";
+    EXPECT_EQ(runs[0][2], flatten4(dv_)) << "dv from const Views";
+  }
 #if defined(KOKKOS_ENABLE_SERIAL)
   // (A space of the other schedule sums in another order: the host schedule's blocks against the
   // device schedule's rows.)

@@ -16,12 +16,13 @@ namespace impl {
 /// attention() for any View ranks: checks them and the options, builds the call's plan, terms and
 /// sequences (dense, varlen or paged), and hands them to run(p, terms, seq, q, k, v, o, lse,
 /// has_lse) with the Views as the kernels read them, unless the call has no query row. fn: the call
-/// its messages name (attention_backward checks its forward arguments here too).
+/// its messages name (attention_backward checks its forward arguments here too, with Written false:
+/// o and lse are its inputs, and may hold const values).
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class ScoreMod, class MaskMod,
-          class Run>
+          class Run, class Written = std::true_type>
 void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
                     const AttentionOptions& opt, const LV& lse, bool has_lse, const ScoreMod& score_mod,
-                    const MaskMod& mask_mod, const Run& run, const char* fn = "attention") {
+                    const MaskMod& mask_mod, const Run& run, const char* fn = "attention", Written = {}) {
   (void)exec;
   using T = typename OV::non_const_value_type;
   using Mem = typename ExecSpace::memory_space;
@@ -48,7 +49,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     require_disjoint_from_options(fn, "lse", lse, opt);
   }
   require_disjoint_from_options(fn, "o", o, opt);
-  static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV>();
+  static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV, Written::value>();
   const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
   if constexpr (view_rank<QV> == 3 && view_rank<KV> == 3 && view_rank<VV> == 3 && view_rank<OV> == 3 &&
                 view_rank<LV> == 2) {

@@ -130,7 +130,7 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
                                         backward_rows(dq, seq.cu_q, p.B, p.Nq), backward_rows(dk, seq.cu_k, p.B, p.Nk),
                                         backward_rows(dv, seq.cu_k, p.B, p.Nk), option_grads);
           },
-          fn);
+          fn, std::false_type());
     } catch (const std::invalid_argument& e) {
       const std::string forward = "kflash::attention: ", message = e.what();
       if (message.rfind(forward, 0) != 0) throw;

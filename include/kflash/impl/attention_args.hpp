@@ -37,14 +37,15 @@ inline void check_options(const AttentionOptions& opt, AttentionPlan& p) {
   }
 }
 
-/// Checks attention()'s View types: one value type, rank 4 (rank 3 with lse rank 2 when varlen).
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
+/// Checks attention()'s View types: one value type, rank 4 (rank 3 with lse rank 2 when varlen); o
+/// and lse writable where Written.
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Written = true>
 void static_check_attention_views() {
   static_check_view<ExecSpace, QV, false>();
   static_check_view<ExecSpace, KV, false>();
   static_check_view<ExecSpace, VV, false>();
-  static_check_view<ExecSpace, OV, true>();
-  static_check_view<ExecSpace, LV, true>();
+  static_check_view<ExecSpace, OV, Written>();
+  static_check_view<ExecSpace, LV, Written>();
   using T = typename OV::non_const_value_type;
   static_assert(std::is_same<std::remove_cv_t<typename QV::value_type>, T>::value &&
                     std::is_same<std::remove_cv_t<typename KV::value_type>, T>::value &&
@@ -81,11 +82,11 @@ void extents_of(const V& v, std::size_t (&e)[R], std::initializer_list<int> orde
 }
 
 /// Checks dense attention()'s arguments and returns the call's shapes and options; throws
-/// std::invalid_argument naming the argument and the extents.
+/// std::invalid_argument naming the argument and the extents. (Their View types: attention_impl's
+/// static_check_attention_views.)
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV>
 AttentionPlan attention_args(const QV& q, const KV& k, const VV& v, const OV& o, const AttentionOptions& opt,
                              const LV& lse, bool has_lse) {
-  static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV>();
   static_assert(view_rank<QV> == 4 && view_rank<KV> == 4 && view_rank<VV> == 4 && view_rank<OV> == 4 &&
                     view_rank<LV> == 3,
                 "kflash::attention: q, k, v, o must be rank-4 Views and lse a rank-3 View");
