@@ -88,12 +88,11 @@ void attention_tile(const AttentionTile<T>& t) {
 
 template <class T, int VB>
 void tile_product(const TileProduct<T>& t) {
-  constexpr int R = VB >= 64 ? 6 : HostTraits::gemm_rows<VB>, NV = VB >= 64 ? 4 : HostTraits::gemm_vectors;
-  constexpr int NV0 = HostTraits::gemm_vectors;
-  static_assert(HostTraits::attention_pad % (NV0 * VB / int(sizeof(T))) == 0,
+  constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors;
+  static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the tile products' padding must be a multiple of the register block's columns");
   const auto run = [&](auto accumulate, auto a_transposed) {
-    gemm<T, R, NV, VB, decltype(accumulate)::value, NV0, NV, decltype(a_transposed)::value>(
+    gemm<T, R, NV, VB, decltype(accumulate)::value, NV, R * NV / 2, decltype(a_transposed)::value>(
         t.a, t.lda, t.b, t.ldb, t.c, t.ldc, t.M, t.N, t.K, t.next, t.next_rows);
   };
   using yes = std::true_type;
