@@ -161,6 +161,18 @@ kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, cons
                                const kflash_array* v, const kflash_array* o, const kflash_array* lse,
                                const kflash_attention_options* options);
 
+/* The gradients of sum <dout, o> for o = attention(q, k, v, options), as the C++
+ * kflash::attention_backward (deterministic: the same bits run to run): o and lse as kflash_attention
+ * wrote them (lse required), dout shaped like o; dq like q, dk like k, dv like v (dk and dv summed
+ * over each K/V head's group of query heads). dsinks (Hq) and dbias (options->bias's shape) get the
+ * gradients of options->sinks and options->bias (NULL or data NULL: not wanted). Every array has q's
+ * floating type. Paged K/V has no backward (an error). options NULL: the defaults. */
+kflash_status kflash_attention_backward(kflash_memory memory, const kflash_array* q, const kflash_array* k,
+                                        const kflash_array* v, const kflash_array* o, const kflash_array* lse,
+                                        const kflash_array* dout, const kflash_array* dq, const kflash_array* dk,
+                                        const kflash_array* dv, const kflash_array* dsinks,
+                                        const kflash_array* dbias, const kflash_attention_options* options);
+
 /* Combines results over disjoint key sets: o_parts (S, B, H, N, Dv) and lse_parts (S, B, H, N) give
  * o (B, H, N, Dv) and lse (B, H, N), as the C++ kflash::merge_attention. */
 kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o_parts,

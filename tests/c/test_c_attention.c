@@ -1,7 +1,8 @@
-/* kflash_attention and kflash_merge_attention from C99, against a naive long-double reference:
- * fp32 GQA + causal with q and o in (B, N, H, D) memory (strides), fp64 with a window, softcap and
- * sinks, varlen, a merge of two key halves, an options struct of an older (shorter) header, and bad
- * input: each error returns its status, names the argument and writes nothing. */
+/* kflash_attention, kflash_merge_attention and kflash_attention_backward from C99, against a naive
+ * long-double reference: fp32 GQA + causal with q and o in (B, N, H, D) memory (strides), fp64 with
+ * a window, softcap and sinks, varlen, a merge of two key halves, an options struct of an older
+ * (shorter) header, the gradients with every option of the fp64 case, and bad input: each error
+ * returns its status, names the argument and writes nothing. */
 #include <kflash/kflash.h>
 
 #include "c_check.h"
@@ -68,6 +69,144 @@ static void reference(const problem* p, const double* q, const double* k, const 
 }
 
 static void row_major(long* s, long e1, long e2, long e3) { s[3] = 1, s[2] = e3, s[1] = e2 * e3, s[0] = e1 * e2 * e3; }
+
+/* The reference gradients of sum <dout, o> (FlashAttention 2's equations in long double, over the
+ * problem's visible pairs, from the reference's own o and lse): P = exp(s - lse), dP = dout_i . v_j,
+ * dS = P (dP - dout_i . o_i) times softcap's slope 1 - tanh^2 and the scale; dq_i += dS k_j,
+ * dk_j += dS q_i, dv_j += P dout_i; dsinks_h -= exp(sink_h - lse) (dout_i . o_i). Contiguous
+ * arrays; dq, dk, dv, dsinks zeroed here. */
+static void reference_backward(const problem* p, const double* q, const double* k, const double* v, const double* dout,
+                               long double* dq, long double* dk, long double* dv, long double* dsinks) {
+  const long group = p->Hq / p->Hk, nq = p->B * p->Hq * p->Nq;
+  long double* o = malloc(sizeof(long double) * (size_t)(nq * p->Dv + 1));
+  long double* lse = malloc(sizeof(long double) * (size_t)(nq + 1));
+  reference(p, q, k, v, o, lse);
+  memset(dq, 0, sizeof(long double) * (size_t)(nq * p->D));
+  memset(dk, 0, sizeof(long double) * (size_t)(p->B * p->Hk * p->Nk * p->D));
+  memset(dv, 0, sizeof(long double) * (size_t)(p->B * p->Hk * p->Nk * p->Dv));
+  if (dsinks) memset(dsinks, 0, sizeof(long double) * (size_t)p->Hq);
+  for (long b = 0; b < p->B; ++b)
+    for (long h = 0; h < p->Hq; ++h)
+      for (long i = 0; i < p->Nq; ++i) {
+        const long row = (b * p->Hq + h) * p->Nq + i, c = i + p->Nk - p->Nq, hk = h / group;
+        if (lse[row] == -INFINITY) continue;
+        long double delta = 0;
+        for (long d = 0; d < p->Dv; ++d) delta += (long double)dout[row * p->Dv + d] * o[row * p->Dv + d];
+        if (p->sinks && p->sinks[h] > -INFINITY) dsinks[h] -= expl(p->sinks[h] - lse[row]) * delta;
+        for (long j = 0; j < p->Nk; ++j) {
+          const int visible = (p->left < 0 || j >= c - p->left) && (p->causal ? j <= c : (p->right < 0 || j <= c + p->right));
+          if (!visible) continue;
+          const long key = (b * p->Hk + hk) * p->Nk + j;
+          long double raw = 0, dp = 0;
+          for (long d = 0; d < p->D; ++d) raw += (long double)q[row * p->D + d] * k[key * p->D + d];
+          for (long d = 0; d < p->Dv; ++d) dp += (long double)dout[row * p->Dv + d] * v[key * p->Dv + d];
+          raw *= p->scale;
+          long double s = raw, slope = 1;
+          if (p->softcap > 0) {
+            const long double t = tanhl(raw / p->softcap);
+            s = p->softcap * t, slope = 1 - t * t;
+          }
+          const long double pr = expl(s - lse[row]), ds = pr * (dp - delta) * slope * p->scale;
+          for (long d = 0; d < p->D; ++d) {
+            dq[row * p->D + d] += ds * k[key * p->D + d];
+            dk[key * p->D + d] += ds * q[row * p->D + d];
+          }
+          for (long d = 0; d < p->Dv; ++d) dv[key * p->Dv + d] += pr * dout[row * p->Dv + d];
+        }
+      }
+  free(o);
+  free(lse);
+}
+
+/* max |x - ref| / max |ref| over n elements (0 when ref is all 0 and x matches). */
+static double relative_error(const double* x, const long double* ref, long n) {
+  long double err = 0, top = 0;
+  for (long e = 0; e < n; ++e) {
+    err = fmaxl(err, fabsl(x[e] - ref[e]));
+    top = fmaxl(top, fabsl(ref[e]));
+  }
+  return (double)(top > 0 ? err / top : err);
+}
+
+/* kflash_attention_backward, fp64: GQA 4/2 causal with a window of 9, softcap and sinks, dsinks
+ * asked for; the forward through kflash_attention. GUIDE §8's bound: max |error| / max |reference|
+ * <= 1e-11 per gradient. Then errors: paged K/V, dq not shaped like q, dsinks without sinks, a
+ * float32 dout; each returns its status, names the argument and writes nothing. */
+static void attention_backward_f64(void) {
+  enum { B = 1, HQ = 4, HK = 2, NQ = 23, NK = 31, D = 8, DV = 12 };
+  problem p = {B, HQ, HK, NQ, NK, D, DV, {0}, {0}, {0}, {0}, 0.4L, 2.5L, 1, 9, -1, NULL};
+  const long double sinks_ref[HQ] = {0.5L, -1.0L, 1.5L, -INFINITY};
+  double sinks[HQ] = {0.5, -1.0, 1.5, -INFINITY};
+  p.sinks = sinks_ref;
+  row_major(p.qs, HQ, NQ, D), row_major(p.ks, HK, NK, D), row_major(p.vs, HK, NK, DV), row_major(p.os, HQ, NQ, DV);
+  static double q[B * HQ * NQ * D], k[B * HK * NK * D], v[B * HK * NK * DV], o[B * HQ * NQ * DV], lse[B * HQ * NQ],
+      dout[B * HQ * NQ * DV], dq[B * HQ * NQ * D], dk[B * HK * NK * D], dv[B * HK * NK * DV], dsinks[HQ];
+  static long double rq[B * HQ * NQ * D], rk[B * HK * NK * D], rv[B * HK * NK * DV], rs[HQ];
+  for (int i = 0; i < B * HQ * NQ * D; ++i) q[i] = uniform(-2, 2);
+  for (int i = 0; i < B * HK * NK * D; ++i) k[i] = uniform(-2, 2);
+  for (int i = 0; i < B * HK * NK * DV; ++i) v[i] = uniform(-1, 1);
+  for (int i = 0; i < B * HQ * NQ * DV; ++i) dout[i] = uniform(-1, 1);
+  reference_backward(&p, q, k, v, dout, rq, rk, rv, rs);
+  const int64_t eq[4] = {B, HQ, NQ, D}, ek[4] = {B, HK, NK, D}, ev[4] = {B, HK, NK, DV}, eo[4] = {B, HQ, NQ, DV},
+                el[3] = {B, HQ, NQ}, es[1] = {HQ};
+  kflash_array aq = array(q, KFLASH_FLOAT64, 4, eq), ak = array(k, KFLASH_FLOAT64, 4, ek),
+               av = array(v, KFLASH_FLOAT64, 4, ev), ao = array(o, KFLASH_FLOAT64, 4, eo),
+               al = array(lse, KFLASH_FLOAT64, 3, el), ado = array(dout, KFLASH_FLOAT64, 4, eo),
+               adq = array(dq, KFLASH_FLOAT64, 4, eq), adk = array(dk, KFLASH_FLOAT64, 4, ek),
+               adv = array(dv, KFLASH_FLOAT64, 4, ev), ads = array(dsinks, KFLASH_FLOAT64, 1, es);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.scale = 0.4, opt.softcap = 2.5, opt.causal = 1, opt.window_left = 9;
+  opt.sinks = array(sinks, KFLASH_FLOAT64, 1, es);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado, &adq, &adk, &adv, &ads, NULL,
+                                  &opt) == KFLASH_SUCCESS,
+        "%s", kflash_last_error());
+  const double eq_ = relative_error(dq, rq, B * HQ * NQ * D), ek_ = relative_error(dk, rk, B * HK * NK * D),
+               ev_ = relative_error(dv, rv, B * HK * NK * DV), es_ = relative_error(dsinks, rs, HQ);
+  CHECK(eq_ <= 1e-11 && ek_ <= 1e-11 && ev_ <= 1e-11 && es_ <= 1e-11,
+        "attention_backward fp64: relative errors dq %g, dk %g, dv %g, dsinks %g", eq_, ek_, ev_, es_);
+
+  // Errors: nothing written (dq, dk, dv, dsinks hold 7).
+  for (int i = 0; i < B * HQ * NQ * D; ++i) dq[i] = 7;
+  for (int i = 0; i < B * HK * NK * D; ++i) dk[i] = 7;
+  for (int i = 0; i < B * HK * NK * DV; ++i) dv[i] = 7;
+  for (int i = 0; i < HQ; ++i) dsinks[i] = 7;
+  const int64_t ebad[4] = {B, HQ, NQ, D + 1}, etable[2] = {B, 1}, elens[1] = {B};
+  kflash_array bad_dq = array(dq, KFLASH_FLOAT64, 4, ebad);
+  float dout32[B * HQ * NQ * DV];
+  kflash_array ado32 = array(dout32, KFLASH_FLOAT32, 4, eo);
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado, &bad_dq, &adk, &adv, NULL, NULL,
+                                  &opt) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "dq") != NULL,
+        "dq not shaped like q: %s", kflash_last_error());
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado32, &adq, &adk, &adv, NULL, NULL,
+                                  &opt) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "dout") != NULL,
+        "a float32 dout: %s", kflash_last_error());
+  kflash_attention_options plain;
+  kflash_attention_options_init(&plain);
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado, &adq, &adk, &adv, &ads, NULL,
+                                  &plain) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "dsinks") != NULL,
+        "dsinks without sinks: %s", kflash_last_error());
+  int64_t table[B] = {0}, lens[B] = {NK};
+  kflash_attention_options paged;
+  kflash_attention_options_init(&paged);
+  paged.block_table = array(table, KFLASH_INT64, 2, etable);
+  paged.cache_seqlens = array(lens, KFLASH_INT64, 1, elens);
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado, &adq, &adk, &adv, NULL, NULL,
+                                  &paged) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "paged") != NULL,
+        "paged K/V: %s", kflash_last_error());
+  int untouched = 1;
+  for (int i = 0; i < B * HQ * NQ * D; ++i) untouched = untouched && dq[i] == 7;
+  for (int i = 0; i < B * HK * NK * D; ++i) untouched = untouched && dk[i] == 7;
+  for (int i = 0; i < B * HK * NK * DV; ++i) untouched = untouched && dv[i] == 7;
+  for (int i = 0; i < HQ; ++i) untouched = untouched && dsinks[i] == 7;
+  CHECK(untouched, "a failed kflash_attention_backward wrote a gradient");
+}
 
 /* fp32, GQA 4/2, causal with Nq < Nk, q and o held as (B, Nq, Hq, D) through strides. Tolerances:
  * o within 3e-6 (sum |p v| <= max |v| = 1), lse within 3e-6 (1 + |lse|). */
@@ -345,6 +484,7 @@ int main(void) {
   merge();
   older_options();
   errors();
+  attention_backward_f64();
   CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
   if (failures) fprintf(stderr, "%d failures\n", failures);
   else printf("all checks passed\n");

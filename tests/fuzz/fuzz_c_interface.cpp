@@ -1,5 +1,6 @@
 // libFuzzer harness over the C interface (include/kflash/kflash.h): any bytes become one call,
 // kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (every option array, varlen, paged)
+// or kflash_attention_backward (the same arrays, o and lse as inputs, the gradients as outputs),
 // or kflash_merge_attention, kflash_cross_entropy or its _backward, with descriptors drawn from the bytes: mostly consistent shapes, then
 // any field changed to any value (ranks, dtypes, negative or huge extents and strides, index arrays
 // pointing anywhere, outputs aliasing inputs, wrong memory kinds and struct sizes).
@@ -313,6 +314,8 @@ void fuzz_attention(Bytes& in) {
   const std::int64_t B = 1 + in.byte() % 3, Hk = 1 + in.byte() % 2, Hq = Hk * (1 + in.byte() % 3);
   const std::int64_t Nq = in.byte() % 9, Nk = in.byte() % 13, D = 1 + in.byte() % 9, Dv = 1 + in.byte() % 9;
   const int kind = in.byte() % 4;  // 0, 1 dense, 2 varlen, 3 paged
+  // kflash_attention_backward now and then: o and lse are then inputs (paged K/V is refused).
+  const bool backward = in.chance(64);
   Call call(in);
   kflash_attention_options opt;
   kflash_attention_options_init(&opt);
@@ -338,11 +341,11 @@ void fuzz_attention(Bytes& in) {
   }
   call.allocate(q, false), call.allocate(k, false), call.allocate(v, false);
   if (in.chance(12)) call.alias(o);
-  else call.allocate(o, true);
-  const bool with_lse = in.chance(160);
+  else call.allocate(o, !backward);
+  const bool with_lse = backward || in.chance(160);
   if (with_lse) {
     if (in.chance(12)) call.alias(lse);
-    else call.allocate(lse, true);
+    else call.allocate(lse, !backward);
   }
   // Options: scalars, and the option arrays now and then (each shaped right, then perhaps changed).
   opt.scale = in.chance(200) ? 0 : in.real();
@@ -380,6 +383,24 @@ void fuzz_attention(Bytes& in) {
     pr("bias", opt.bias), pr("mask", opt.mask), pr("alibi", opt.alibi_slopes), pr("sinks", opt.sinks);
     pr("table", opt.block_table), pr("lengths", opt.cache_seqlens);
     std::fprintf(stderr, "with_lse %d kind %d\n", int(with_lse), kind);
+  }
+  if (backward) {
+    // dout like o; dq, dk, dv like q, k, v (now and then over another array); dsinks and dbias now
+    // and then, shaped like their options.
+    kflash_array dout = o, dq = q, dk = k, dv = v, dsinks{}, dbias{};
+    call.allocate(dout, false);
+    for (kflash_array* g : {&dq, &dk, &dv}) {
+      if (in.chance(12)) call.alias(*g);
+      else call.allocate(*g, true);
+    }
+    if (in.chance(40)) call.allocate(dsinks = call.array(t, {Hq}), true);
+    if (in.chance(40)) call.allocate(dbias = call.array(t, {B, Hq, bias_rows, bias_keys}), true);
+    const kflash_status s =
+        kflash_attention_backward(memory, in.chance(4) ? nullptr : &q, &k, &v, &o, in.chance(4) ? nullptr : &lse,
+                                  &dout, &dq, &dk, &dv, in.chance(8) ? nullptr : &dsinks,
+                                  in.chance(8) ? nullptr : &dbias, options);
+    call.check("kflash_attention_backward", s);
+    return;
   }
   const kflash_status s = kflash_attention(memory, in.chance(4) ? nullptr : &q, &k, &v, &o, with_lse ? &lse : nullptr,
                                            options);
