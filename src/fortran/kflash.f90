@@ -12,6 +12,7 @@ module kflash
 
   public :: kflash_initialize, kflash_finalize, kflash_version, kflash_backends
   public :: kflash_softmax, kflash_log_softmax, kflash_logsumexp, kflash_attention, kflash_merge_attention
+  public :: kflash_attention_backward
   public :: kflash_softmax_backward, kflash_log_softmax_backward, kflash_logsumexp_backward
   public :: kflash_attention_options
   public :: kflash_cross_entropy, kflash_cross_entropy_backward, kflash_cross_entropy_options
@@ -63,6 +64,9 @@ module kflash
   end interface
   interface kflash_attention
     module procedure attention_r4, attention_r8
+  end interface
+  interface kflash_attention_backward
+    module procedure attention_backward_r4, attention_backward_r8
   end interface
   interface kflash_cross_entropy
     module procedure cross_entropy_r4_i4, cross_entropy_r4_i8, cross_entropy_r8_i4, cross_entropy_r8_i8
@@ -129,6 +133,14 @@ module kflash
       integer(c_int), value :: memory
       type(c_array), intent(in) :: q, k, v, o
       type(c_ptr), value :: lse
+      type(c_attention_options), intent(in) :: options
+    end function
+    integer(c_int) function c_attention_backward(memory, q, k, v, o, lse, dout, dq, dk, dv, dsinks, dbias, options) &
+        bind(c, name="kflash_attention_backward")
+      import :: c_int, c_array, c_attention_options, c_ptr
+      integer(c_int), value :: memory
+      type(c_array), intent(in) :: q, k, v, o, lse, dout, dq, dk, dv
+      type(c_ptr), value :: dsinks, dbias
       type(c_attention_options), intent(in) :: options
     end function
     integer(c_int) function c_merge(memory, o_parts, lse_parts, o, lse) bind(c, name="kflash_merge_attention")
@@ -635,15 +647,19 @@ contains
     end do
   end function
 
-  !> attention on described arrays; the options' real(8) arrays are converted to the call's type.
-  subroutine attention_call(dtype, q, k, v, o, lse, has_lse, opts, stat, errmsg)
+  !> attention on described arrays, or with dout, dq, dk and dv its backward (dsinks: a described
+  !> array or absent); the options' real(8) arrays are converted to the call's type.
+  subroutine attention_call(dtype, q, k, v, o, lse, has_lse, opts, stat, errmsg, dout, dq, dk, dv, dsinks)
     integer(c_int), intent(in) :: dtype
     type(c_array), intent(in) :: q, k, v, o, lse
     logical, intent(in) :: has_lse
     type(kflash_attention_options), intent(in) :: opts
     integer, intent(out), optional :: stat
     character(*), intent(inout), optional :: errmsg
+    type(c_array), intent(in), optional :: dout, dq, dk, dv
+    type(c_array), intent(in), optional, target :: dsinks
     type(c_attention_options) :: c
+    type(c_ptr) :: dsinks_ptr
     type(c_array), target :: lse_copy
     real(c_float), allocatable, target :: alibi4(:), sinks4(:)
     real(c_double), allocatable, target :: alibi8(:), sinks8(:)
@@ -673,6 +689,13 @@ contains
         sinks8 = opts%sinks
         c%sinks = described(c_loc(sinks8), dtype, shape(sinks8))
       end if
+    end if
+    if (present(dout)) then
+      dsinks_ptr = c_null_ptr
+      if (present(dsinks)) dsinks_ptr = c_loc(dsinks)
+      call finish(c_attention_backward(MEMORY_HOST, q, k, v, o, lse, dout, dq, dk, dv, dsinks_ptr, c_null_ptr, c), &
+                  "", stat, errmsg)
+      return
     end if
     lse_ptr = c_null_ptr
     if (has_lse) then
@@ -709,6 +732,57 @@ contains
     call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
                         described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), l, &
                         present(lse), opts, stat, errmsg)
+  end subroutine
+
+  !> The gradients of sum(dout * o) for o = attention(q, k, v, opts) with respect to q, k and v, as
+  !> the C++ kflash::attention_backward (deterministic): o and lse as kflash_attention wrote them,
+  !> dout shaped like o, dq like q, dk like k, dv like v (dk and dv summed over each K/V head's group
+  !> of query heads); dsinks(Hq), when present, the gradient of opts%sinks.
+  subroutine attention_backward_r4(q, k, v, o, lse, dout, dq, dk, dv, opts, dsinks, stat, errmsg)
+    real(c_float), intent(in), target, contiguous :: q(:, :, :, :), k(:, :, :, :), v(:, :, :, :), o(:, :, :, :)
+    real(c_float), intent(in), target, contiguous :: lse(:, :, :), dout(:, :, :, :)
+    real(c_float), intent(inout), target, contiguous :: dq(:, :, :, :), dk(:, :, :, :), dv(:, :, :, :)
+    type(kflash_attention_options), intent(in) :: opts
+    real(c_float), intent(inout), target, contiguous, optional :: dsinks(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    if (present(dsinks)) then
+      call attention_call(FLOAT32, described(c_loc(q), FLOAT32, shape(q)), described(c_loc(k), FLOAT32, shape(k)), &
+                          described(c_loc(v), FLOAT32, shape(v)), described(c_loc(o), FLOAT32, shape(o)), &
+                          described(c_loc(lse), FLOAT32, shape(lse)), .true., opts, stat, errmsg, &
+                          described(c_loc(dout), FLOAT32, shape(dout)), described(c_loc(dq), FLOAT32, shape(dq)), &
+                          described(c_loc(dk), FLOAT32, shape(dk)), described(c_loc(dv), FLOAT32, shape(dv)), &
+                          described(c_loc(dsinks), FLOAT32, shape(dsinks)))
+    else
+      call attention_call(FLOAT32, described(c_loc(q), FLOAT32, shape(q)), described(c_loc(k), FLOAT32, shape(k)), &
+                          described(c_loc(v), FLOAT32, shape(v)), described(c_loc(o), FLOAT32, shape(o)), &
+                          described(c_loc(lse), FLOAT32, shape(lse)), .true., opts, stat, errmsg, &
+                          described(c_loc(dout), FLOAT32, shape(dout)), described(c_loc(dq), FLOAT32, shape(dq)), &
+                          described(c_loc(dk), FLOAT32, shape(dk)), described(c_loc(dv), FLOAT32, shape(dv)))
+    end if
+  end subroutine
+  subroutine attention_backward_r8(q, k, v, o, lse, dout, dq, dk, dv, opts, dsinks, stat, errmsg)
+    real(c_double), intent(in), target, contiguous :: q(:, :, :, :), k(:, :, :, :), v(:, :, :, :), o(:, :, :, :)
+    real(c_double), intent(in), target, contiguous :: lse(:, :, :), dout(:, :, :, :)
+    real(c_double), intent(inout), target, contiguous :: dq(:, :, :, :), dk(:, :, :, :), dv(:, :, :, :)
+    type(kflash_attention_options), intent(in) :: opts
+    real(c_double), intent(inout), target, contiguous, optional :: dsinks(:)
+    integer, intent(out), optional :: stat
+    character(*), intent(inout), optional :: errmsg
+    if (present(dsinks)) then
+      call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
+                          described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), &
+                          described(c_loc(lse), FLOAT64, shape(lse)), .true., opts, stat, errmsg, &
+                          described(c_loc(dout), FLOAT64, shape(dout)), described(c_loc(dq), FLOAT64, shape(dq)), &
+                          described(c_loc(dk), FLOAT64, shape(dk)), described(c_loc(dv), FLOAT64, shape(dv)), &
+                          described(c_loc(dsinks), FLOAT64, shape(dsinks)))
+    else
+      call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
+                          described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), &
+                          described(c_loc(lse), FLOAT64, shape(lse)), .true., opts, stat, errmsg, &
+                          described(c_loc(dout), FLOAT64, shape(dout)), described(c_loc(dq), FLOAT64, shape(dq)), &
+                          described(c_loc(dk), FLOAT64, shape(dk)), described(c_loc(dv), FLOAT64, shape(dv)))
+    end if
   end subroutine
 
   !> Combines results over disjoint key sets: o_parts(Dv, N, H, B, S), lse_parts(N, H, B, S) give

@@ -1,9 +1,10 @@
 ! The Fortran module kflash against a naive reference in extended precision (real(ep), 64-bit
 ! mantissa): softmax and logsumexp on 1000 rows of 4096 (real(4)), log_softmax and logsumexp of one
 ! real(8) row, attention with GQA and causal (real(4)) and with a window, softcap and sinks (real(8)),
-! a merge of two key halves, the row gradients, cross-entropy and its gradient (real(4) with int64
-! targets, real(8) with int32), and bad input through stat/errmsg (nothing written). Stops with a
-! nonzero code on any failure. With an argument, a bad call without stat must stop the program.
+! a merge of two key halves, attention's gradients against central differences, the row gradients,
+! cross-entropy and its gradient (real(4) with int64 targets, real(8) with int32), and bad input
+! through stat/errmsg (nothing written). Stops with a nonzero code on any failure. With an argument,
+! a bad call without stat must stop the program.
 program test_fortran
   use kflash
   implicit none
@@ -22,6 +23,7 @@ program test_fortran
   call attention_gqa_causal()
   call attention_window_sinks()
   call merge_halves()
+  call attention_backward_differences()
   call gradients()
   call cross_entropy_rows()
   call errors()
@@ -192,6 +194,91 @@ contains
     call kflash_attention(q, k, v, o, opts, lse)
     call check(maxval(real(abs(o - ref) / (1 + abs(ref)), 8)) <= 1d-12, 'attention real(8) window, softcap, sinks: o')
     call check(maxval(real(abs(lse - ref_lse) / (1 + abs(ref_lse)), 8)) <= 1d-12, 'attention real(8) ...: lse')
+  end subroutine
+
+  !> sum(dout * o) for o = kflash_attention(q, k, v, opts) in real(8).
+  real(8) function attention_loss(q, k, v, dout, opts) result(loss)
+    real(8), intent(in) :: q(:, :, :, :), k(:, :, :, :), v(:, :, :, :), dout(:, :, :, :)
+    type(kflash_attention_options), intent(in) :: opts
+    real(8) :: o(size(dout, 1), size(dout, 2), size(dout, 3), size(dout, 4))
+    call kflash_attention(q, k, v, o, opts)
+    loss = sum(dout * o)
+  end function
+
+  ! kflash_attention_backward (real(8), GQA 2/1, causal with Nq < Nk, softcap, sinks) against central
+  ! differences of sum(dout * o) through kflash_attention, step 1e-6 (truncation and rounding near
+  ! 1e-10): every element of dq, dk, dv and dsinks within 1e-7 (1 + max |gradient|). The real(4)
+  ! gradients within 1e-4 of them; dq of the wrong shape sets stat and writes nothing.
+  subroutine attention_backward_differences()
+    integer, parameter :: d = 3, dv = 4, nq = 6, nk = 7, hq = 2
+    real(8), parameter :: step = 1d-6
+    real(8) :: q(d, nq, hq, 1), k(d, nk, 1, 1), v(dv, nk, 1, 1), o(dv, nq, hq, 1), lse(nq, hq, 1), dout(dv, nq, hq, 1)
+    real(8) :: dq(d, nq, hq, 1), dk(d, nk, 1, 1), dv_(dv, nk, 1, 1), dsinks(hq), bad(d + 1, nq, hq, 1), worst, top
+    real(8) :: qf(d * nq * hq), kf(d * nk), vf(dv * nk), gq(d * nq * hq), gk(d * nk), gv(dv * nk), up, down
+    real(4) :: dq4(d, nq, hq, 1), dk4(d, nk, 1, 1), dv4(dv, nk, 1, 1)
+    type(kflash_attention_options) :: opts, moved
+    integer :: e, status
+    character(200) :: message
+    call random_number(q)
+    call random_number(k)
+    call random_number(v)
+    call random_number(dout)
+    q = 4 * q - 2
+    k = 4 * k - 2
+    v = 2 * v - 1
+    dout = 2 * dout - 1
+    opts%causal = .true.
+    opts%softcap = 2
+    opts%sinks = [0.5d0, -0.25d0]
+    call kflash_attention(q, k, v, o, opts, lse)
+    call kflash_attention_backward(q, k, v, o, lse, dout, dq, dk, dv_, opts, dsinks)
+    top = max(maxval(abs(dq)), maxval(abs(dk)), maxval(abs(dv_)), maxval(abs(dsinks)))
+    gq = reshape(dq, [size(dq)])
+    gk = reshape(dk, [size(dk)])
+    gv = reshape(dv_, [size(dv_)])
+    worst = 0
+    do e = 1, size(qf)
+      qf = reshape(q, [size(q)])
+      qf(e) = qf(e) + step
+      up = attention_loss(reshape(qf, shape(q)), k, v, dout, opts)
+      qf(e) = qf(e) - 2 * step
+      down = attention_loss(reshape(qf, shape(q)), k, v, dout, opts)
+      worst = max(worst, abs((up - down) / (2 * step) - gq(e)))
+    end do
+    do e = 1, size(kf)
+      kf = reshape(k, [size(k)])
+      kf(e) = kf(e) + step
+      up = attention_loss(q, reshape(kf, shape(k)), v, dout, opts)
+      kf(e) = kf(e) - 2 * step
+      down = attention_loss(q, reshape(kf, shape(k)), v, dout, opts)
+      worst = max(worst, abs((up - down) / (2 * step) - gk(e)))
+    end do
+    do e = 1, size(vf)
+      vf = reshape(v, [size(v)])
+      vf(e) = vf(e) + step
+      up = attention_loss(q, k, reshape(vf, shape(v)), dout, opts)
+      vf(e) = vf(e) - 2 * step
+      down = attention_loss(q, k, reshape(vf, shape(v)), dout, opts)
+      worst = max(worst, abs((up - down) / (2 * step) - gv(e)))
+    end do
+    do e = 1, hq
+      moved = opts
+      moved%sinks(e) = opts%sinks(e) + step
+      up = attention_loss(q, k, v, dout, moved)
+      moved%sinks(e) = opts%sinks(e) - step
+      down = attention_loss(q, k, v, dout, moved)
+      worst = max(worst, abs((up - down) / (2 * step) - dsinks(e)))
+    end do
+    call check(worst <= 1d-7 * (1 + top), 'attention_backward real(8) against central differences', worst)
+    call kflash_attention_backward(real(q, 4), real(k, 4), real(v, 4), real(o, 4), real(lse, 4), real(dout, 4), &
+                                   dq4, dk4, dv4, opts)
+    worst = max(maxval(abs(dq4 - dq)), maxval(abs(dk4 - dk)), maxval(abs(dv4 - dv_)))
+    call check(worst <= 1d-4 * (1 + top), 'attention_backward real(4) against real(8)', worst)
+    dk = 7
+    message = ''
+    call kflash_attention_backward(q, k, v, o, lse, dout, bad, dk, dv_, opts, stat=status, errmsg=message)
+    call check(status /= 0 .and. index(message, 'dq') > 0 .and. all(dk == 7), &
+               'attention_backward: dq of the wrong shape sets stat and writes nothing')
   end subroutine
 
   ! Attention over keys 1:29 and 30:64 merged, against one call over all keys: within 1e-13.
