@@ -3,6 +3,7 @@
 // attribute), and the dispatch to the variant in use.
 #include "attention_tile.hpp"
 #include "isa.hpp"
+#include "row_grads.hpp"
 #include "row_passes.hpp"
 
 #include <cstdio>
@@ -42,6 +43,18 @@ namespace kflash::impl::host {
     internal::write_scaled_exp<double, vector_bytes>(x, y, n, shift, scale, offset);                          \
   }                                                                                                           \
   attributes void run_rows(const RowBlock<float>& b) { internal::run_rows<float, vector_bytes>(b); }          \
+  attributes SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n) {              \
+    return internal::grad_sum<float, vector_bytes>(op, a, b, n);                                              \
+  }                                                                                                           \
+  attributes SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n) {           \
+    return internal::grad_sum<double, vector_bytes>(op, a, b, n);                                             \
+  }                                                                                                           \
+  attributes void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s) {        \
+    internal::write_grad<float, vector_bytes>(op, a, b, dx, n, s);                                            \
+  }                                                                                                           \
+  attributes void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s) {    \
+    internal::write_grad<double, vector_bytes>(op, a, b, dx, n, s);                                           \
+  }                                                                                                           \
   attributes void run_rows(const RowBlock<double>& b) { internal::run_rows<double, vector_bytes>(b); }        \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
     internal::attention_tile<float, vector_bytes>(t);                                                         \
@@ -140,6 +153,18 @@ void write_scaled_exp(const double* x, double* y, index_t n, double shift, doubl
   KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp(x, y, n, shift, scale, offset))
 }
 void run_rows(const RowBlock<float>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
+SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n) {
+  KFLASH_IMPL_DISPATCH(isa(), grad_sum(op, a, b, n))
+}
+SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n) {
+  KFLASH_IMPL_DISPATCH(isa(), grad_sum(op, a, b, n))
+}
+void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s))
+}
+void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s))
+}
 void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
 void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }

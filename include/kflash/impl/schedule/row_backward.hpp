@@ -1,4 +1,5 @@
-// The gradients of the row operations (GUIDE §8), one portable schedule for every space: a team per
+// The gradients of the row operations (GUIDE §8), the portable schedule (host spaces take
+// host/host_row_backward.hpp for contiguous rows of softmax and log_softmax): a team per
 // row reduces the row's sum across its threads (Σ dy·y for softmax, Σ dy for log_softmax: each tile
 // of Traits::tile elements summed plainly over the lanes Traits::tile_lanes names, the tiles' sums
 // compensated and merged in a fixed order), then writes dx; logsumexp's gradient needs no sum.
@@ -13,6 +14,13 @@ enum class RowGrad { softmax, log_softmax, logsumexp };
 
 /// The per-row scalars of the gradients that take none.
 struct NoRowScalars {};
+
+/// The value of a row's compensated sum (a SoftmaxState whose maximum stays -inf): an infinite sum
+/// keeps its sign (its compensation is NaN: inf - inf); NaN stays NaN.
+template <class T>
+KOKKOS_INLINE_FUNCTION T compensated_value(const SoftmaxState<T>& sum) {
+  return sum.sum - sum.sum == T(0) ? sum.total() : sum.sum;
+}
 
 /// Row r of dx from row r of a and b, given rows of rank 1 or 2 (Rows) and per-row scalars of rank
 /// 0 or 1 (LseOut, read only here):
@@ -62,8 +70,7 @@ struct RowBackwardKernel {
             acc.add_term(lanes.tile_sum(tb, te, term));
           },
           OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
-      // An infinite sum keeps its sign (its compensation is NaN: inf - inf); NaN stays NaN.
-      const T s = sum.sum - sum.sum == T(0) ? sum.total() : sum.sum;
+      const T s = compensated_value(sum);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
         if constexpr (Op == RowGrad::softmax) dx(r, c) = a(r, c) * (b(r, c) - s);
         else dx(r, c) = b(r, c) - exp(a(r, c)) * s;

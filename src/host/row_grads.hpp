@@ -1,0 +1,47 @@
+// The host kernels of softmax's and log_softmax's gradients on a contiguous chunk of a row: its sum
+// (Σ dy·y, Σ dy) by tiles of HostTraits::tile elements, each tile summed over vector lanes and the
+// tiles' sums compensated, as the portable schedule sums them; then the write pass.
+#pragma once
+
+#include "vector.hpp"
+
+#include <kflash/impl/host/host_kernels.hpp>
+
+namespace kflash::impl::host::internal {
+
+template <class T, int VB>
+SoftmaxState<T> grad_sum(RowOp op, const T* a, const T* b, index_t n) {
+  using V = Vec<T, VB>;
+  constexpr index_t W = VB / index_t(sizeof(T)), U = 4;  // U accumulators: chains of adds overlap
+  typename V::type one;
+  V::fill(one, T(1));
+  SoftmaxState<T> sum = SoftmaxState<T>::identity();
+  for (index_t t0 = 0; t0 < n; t0 += HostTraits::tile) {
+    const index_t te = t0 + HostTraits::tile < n ? t0 + HostTraits::tile : n;
+    typename V::type acc[U], av, bv;
+    for (index_t u = 0; u < U; ++u) V::zero(acc[u]);
+    index_t j = t0;
+    for (; j + U * W <= te; j += U * W)
+      for (index_t u = 0; u < U; ++u) {
+        V::load(bv, b + j + u * W);
+        if (op == RowOp::softmax) V::load(av, a + j + u * W);
+        V::fma(acc[u], op == RowOp::softmax ? av : one, bv);
+      }
+    for (index_t u = 1; u < U; ++u) V::fma(acc[0], one, acc[u]);
+    T s = reduce_lanes<T, VB, AddOp>(acc[0]);
+    for (; j < te; ++j) s += op == RowOp::softmax ? a[j] * b[j] : b[j];
+    sum.add_term(s);
+  }
+  return sum;
+}
+
+template <class T, int VB>
+void write_grad(RowOp op, const T* a, const T* b, T* dx, index_t n, T s) {
+  if (op == RowOp::softmax) {
+    for (index_t j = 0; j < n; ++j) dx[j] = a[j] * (b[j] - s);
+  } else {  // a = log_softmax's output <= 0 (up to its rounding)
+    for (index_t j = 0; j < n; ++j) dx[j] = b[j] - exp_nonpositive(a[j]) * s;
+  }
+}
+
+}  // namespace kflash::impl::host::internal
