@@ -647,8 +647,8 @@ contains
     end do
   end function
 
-  !> attention on described arrays, or with dout, dq, dk and dv its backward (dsinks: a described
-  !> array or absent); the options' real(8) arrays are converted to the call's type.
+  !> attention on described arrays, or with dout, dq, dk, dv and dsinks (data null: not wanted) its
+  !> backward; the options' real(8) arrays are converted to the call's type.
   subroutine attention_call(dtype, q, k, v, o, lse, has_lse, opts, stat, errmsg, dout, dq, dk, dv, dsinks)
     integer(c_int), intent(in) :: dtype
     type(c_array), intent(in) :: q, k, v, o, lse
@@ -692,7 +692,7 @@ contains
     end if
     if (present(dout)) then
       dsinks_ptr = c_null_ptr
-      if (present(dsinks)) dsinks_ptr = c_loc(dsinks)
+      if (c_associated(dsinks%data)) dsinks_ptr = c_loc(dsinks)
       call finish(c_attention_backward(MEMORY_HOST, q, k, v, o, lse, dout, dq, dk, dv, dsinks_ptr, c_null_ptr, c), &
                   "", stat, errmsg)
       return
@@ -746,20 +746,13 @@ contains
     real(c_float), intent(inout), target, contiguous, optional :: dsinks(:)
     integer, intent(out), optional :: stat
     character(*), intent(inout), optional :: errmsg
-    if (present(dsinks)) then
-      call attention_call(FLOAT32, described(c_loc(q), FLOAT32, shape(q)), described(c_loc(k), FLOAT32, shape(k)), &
-                          described(c_loc(v), FLOAT32, shape(v)), described(c_loc(o), FLOAT32, shape(o)), &
-                          described(c_loc(lse), FLOAT32, shape(lse)), .true., opts, stat, errmsg, &
-                          described(c_loc(dout), FLOAT32, shape(dout)), described(c_loc(dq), FLOAT32, shape(dq)), &
-                          described(c_loc(dk), FLOAT32, shape(dk)), described(c_loc(dv), FLOAT32, shape(dv)), &
-                          described(c_loc(dsinks), FLOAT32, shape(dsinks)))
-    else
-      call attention_call(FLOAT32, described(c_loc(q), FLOAT32, shape(q)), described(c_loc(k), FLOAT32, shape(k)), &
-                          described(c_loc(v), FLOAT32, shape(v)), described(c_loc(o), FLOAT32, shape(o)), &
-                          described(c_loc(lse), FLOAT32, shape(lse)), .true., opts, stat, errmsg, &
-                          described(c_loc(dout), FLOAT32, shape(dout)), described(c_loc(dq), FLOAT32, shape(dq)), &
-                          described(c_loc(dk), FLOAT32, shape(dk)), described(c_loc(dv), FLOAT32, shape(dv)))
-    end if
+    type(c_array) :: ds
+    if (present(dsinks)) ds = described(c_loc(dsinks), FLOAT32, shape(dsinks))
+    call attention_call(FLOAT32, described(c_loc(q), FLOAT32, shape(q)), described(c_loc(k), FLOAT32, shape(k)), &
+                        described(c_loc(v), FLOAT32, shape(v)), described(c_loc(o), FLOAT32, shape(o)), &
+                        described(c_loc(lse), FLOAT32, shape(lse)), .true., opts, stat, errmsg, &
+                        described(c_loc(dout), FLOAT32, shape(dout)), described(c_loc(dq), FLOAT32, shape(dq)), &
+                        described(c_loc(dk), FLOAT32, shape(dk)), described(c_loc(dv), FLOAT32, shape(dv)), ds)
   end subroutine
   subroutine attention_backward_r8(q, k, v, o, lse, dout, dq, dk, dv, opts, dsinks, stat, errmsg)
     real(c_double), intent(in), target, contiguous :: q(:, :, :, :), k(:, :, :, :), v(:, :, :, :), o(:, :, :, :)
@@ -769,20 +762,13 @@ contains
     real(c_double), intent(inout), target, contiguous, optional :: dsinks(:)
     integer, intent(out), optional :: stat
     character(*), intent(inout), optional :: errmsg
-    if (present(dsinks)) then
-      call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
-                          described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), &
-                          described(c_loc(lse), FLOAT64, shape(lse)), .true., opts, stat, errmsg, &
-                          described(c_loc(dout), FLOAT64, shape(dout)), described(c_loc(dq), FLOAT64, shape(dq)), &
-                          described(c_loc(dk), FLOAT64, shape(dk)), described(c_loc(dv), FLOAT64, shape(dv)), &
-                          described(c_loc(dsinks), FLOAT64, shape(dsinks)))
-    else
-      call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
-                          described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), &
-                          described(c_loc(lse), FLOAT64, shape(lse)), .true., opts, stat, errmsg, &
-                          described(c_loc(dout), FLOAT64, shape(dout)), described(c_loc(dq), FLOAT64, shape(dq)), &
-                          described(c_loc(dk), FLOAT64, shape(dk)), described(c_loc(dv), FLOAT64, shape(dv)))
-    end if
+    type(c_array) :: ds
+    if (present(dsinks)) ds = described(c_loc(dsinks), FLOAT64, shape(dsinks))
+    call attention_call(FLOAT64, described(c_loc(q), FLOAT64, shape(q)), described(c_loc(k), FLOAT64, shape(k)), &
+                        described(c_loc(v), FLOAT64, shape(v)), described(c_loc(o), FLOAT64, shape(o)), &
+                        described(c_loc(lse), FLOAT64, shape(lse)), .true., opts, stat, errmsg, &
+                        described(c_loc(dout), FLOAT64, shape(dout)), described(c_loc(dq), FLOAT64, shape(dq)), &
+                        described(c_loc(dk), FLOAT64, shape(dk)), described(c_loc(dv), FLOAT64, shape(dv)), ds)
   end subroutine
 
   !> Combines results over disjoint key sets: o_parts(Dv, N, H, B, S), lse_parts(N, H, B, S) give
