@@ -223,6 +223,29 @@ TYPED_TEST(SoftmaxBackwardTest, SpecialValues) {
   for (std::size_t i = 10; i < 15; ++i) EXPECT_TRUE(std::isnan(got[i])) << "logsumexp_backward NaN row, element " << i;
 }
 
+TYPED_TEST(SoftmaxBackwardTest, HostStreamedWritesMatchPlainOnes) {
+  // The host kernels write the gradients of outputs of HostTraits::stream_bytes and more through
+  // non-temporal stores, from an aligned buffer: the same bits as the plain writes, from any
+  // alignment of dx and for any length (too large to allocate here, so called directly).
+  using T = TypeParam;
+  if (!kflash::impl::ScheduleTraits<Exec>::host_kernels) GTEST_SKIP() << "no host kernels on this execution space";
+  const std::size_t n = 1037;
+  const std::vector<T> b = normal_values<T>(n, 790);
+  std::vector<T> p = normal_values<T>(n, 791, 10.0);
+  for (T& x : p) x = -std::fabs(x);  // log-probabilities
+  for (kflash::impl::RowOp op : {kflash::impl::RowOp::softmax, kflash::impl::RowOp::log_softmax}) {
+    for (std::size_t offset : {std::size_t(0), std::size_t(1), std::size_t(3)}) {
+      std::vector<T> plain(n + 8, T(7)), streamed(n + 8, T(7));
+      kflash::impl::host::write_grad(op, p.data(), b.data(), plain.data() + offset, kflash::impl::index_t(n), T(0.375),
+                                     false);
+      kflash::impl::host::write_grad(op, p.data(), b.data(), streamed.data() + offset, kflash::impl::index_t(n),
+                                     T(0.375), true);
+      EXPECT_EQ(plain, streamed) << "op " << int(op) << ", dx offset " << offset;
+      EXPECT_EQ(plain[offset + n], T(7)) << "written past the end";
+    }
+  }
+}
+
 TYPED_TEST(SoftmaxBackwardTest, BadInputThrows) {
   using T = TypeParam;
   Kokkos::View<T**, Mem> y("y", 4, 6), dy("dy", 4, 6), dx("dx", 4, 6), wide("wide", 4, 7);

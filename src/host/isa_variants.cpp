@@ -49,11 +49,13 @@ namespace kflash::impl::host {
   attributes SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n) {           \
     return internal::grad_sum<double, vector_bytes>(op, a, b, n);                                             \
   }                                                                                                           \
-  attributes void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s) {        \
-    internal::write_grad<float, vector_bytes>(op, a, b, dx, n, s);                                            \
+  attributes void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s,          \
+                            bool stream) {                                                                    \
+    internal::write_grad<float, vector_bytes>(op, a, b, dx, n, s, stream);                                    \
   }                                                                                                           \
-  attributes void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s) {    \
-    internal::write_grad<double, vector_bytes>(op, a, b, dx, n, s);                                           \
+  attributes void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s,      \
+                            bool stream) {                                                                    \
+    internal::write_grad<double, vector_bytes>(op, a, b, dx, n, s, stream);                                   \
   }                                                                                                           \
   attributes void run_rows(const RowBlock<double>& b) { internal::run_rows<double, vector_bytes>(b); }        \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
@@ -159,11 +161,11 @@ SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n
 SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n) {
   KFLASH_IMPL_DISPATCH(isa(), grad_sum(op, a, b, n))
 }
-void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s) {
-  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s))
+void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s, stream))
 }
-void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s) {
-  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s))
+void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s, stream))
 }
 void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
 void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }

@@ -1,11 +1,14 @@
 // The host kernels of softmax's and log_softmax's gradients on a contiguous chunk of a row: its sum
 // (Σ dy·y, Σ dy) by tiles of HostTraits::tile elements, each tile summed over vector lanes and the
-// tiles' sums compensated, as the portable schedule sums them; then the write pass.
+// tiles' sums compensated, as the portable schedule sums them; then the write pass (through
+// non-temporal stores for outputs that leave the cache anyway).
 #pragma once
 
 #include "vector.hpp"
 
 #include <kflash/impl/host/host_kernels.hpp>
+
+#include <cstdint>
 
 namespace kflash::impl::host::internal {
 
@@ -35,13 +38,41 @@ SoftmaxState<T> grad_sum(RowOp op, const T* a, const T* b, index_t n) {
   return sum;
 }
 
-template <class T, int VB>
-void write_grad(RowOp op, const T* a, const T* b, T* dx, index_t n, T s) {
+/// dx over [0, n) in plain loops the compiler vectorises.
+template <class T>
+inline void grad_chunk(RowOp op, const T* a, const T* b, T* dx, index_t n, T s) {
   if (op == RowOp::softmax) {
     for (index_t j = 0; j < n; ++j) dx[j] = a[j] * (b[j] - s);
   } else {  // a = log_softmax's output <= 0 (up to its rounding)
     for (index_t j = 0; j < n; ++j) dx[j] = b[j] - exp_nonpositive(a[j]) * s;
   }
+}
+
+/// With `stream`, dx goes out through non-temporal stores: each group of `group` elements is
+/// computed into an aligned buffer by the plain loops, then streamed from it.
+template <class T, int VB>
+void write_grad(RowOp op, const T* a, const T* b, T* dx, index_t n, T s, bool stream) {
+  using S = Stream<T, VB>;
+  using V = Vec<T, VB>;
+  constexpr index_t W = VB / index_t(sizeof(T)), group = 16 * W;
+  if (!stream || !S::available) {
+    grad_chunk(op, a, b, dx, n, s);
+    return;
+  }
+  index_t j = 0;
+  while (j < n && reinterpret_cast<std::uintptr_t>(dx + j) % VB != 0) ++j;
+  grad_chunk(op, a, b, dx, j, s);
+  alignas(VB) T out[group];
+  typename V::type v;
+  for (; j + group <= n; j += group) {
+    grad_chunk(op, a + j, b + j, out, group, s);
+    for (index_t l = 0; l < group; l += W) {
+      V::load(v, out + l);
+      S::store(dx + j + l, v);
+    }
+  }
+  grad_chunk(op, a + j, b + j, dx + j, n - j, s);
+  S::fence();
 }
 
 }  // namespace kflash::impl::host::internal

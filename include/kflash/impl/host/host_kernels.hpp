@@ -90,11 +90,11 @@ void run_rows(const RowBlock<double>& block);
 /// on a contiguous chunk [0, n) of a row: grad_sum gives its Σ b·a (softmax) or Σ b (log_softmax)
 /// by tiles of HostTraits::tile, each summed over vector lanes, the tiles' sums compensated (a
 /// SoftmaxState whose maximum stays -inf); write_grad writes dx = a (b - s) or b - exp(a) s over
-/// the chunk (dx may be b).
+/// the chunk (dx may be b), with `stream` through non-temporal stores.
 SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n);
 SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n);
-void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s);
-void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s);
+void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s, bool stream);
+void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s, bool stream);
 
 /// Which part of attention_tile() to run: all of it, or the scores alone and then the rest (so that
 /// the host schedule applies the user's score_mod and mask_mod in between).

@@ -20,10 +20,13 @@ void run_host_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b
   const index_t rows = a.rows(), cols = a.cols();
   using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
   constexpr index_t chunk = HostTraits::min_chunk;
+  // Outputs that leave the cache before they are read again go out through non-temporal stores
+  // (as the forward's), which do not read each line of dx before writing it.
+  const bool stream = rows * cols * index_t(sizeof(T)) >= HostTraits::stream_bytes;
   if (cols <= chunk) {
     Kokkos::parallel_for(label, Range(exec, 0, rows), [=](index_t r) {
       const T s = compensated_value(grad_sum(op, a.row(r), b.row(r), cols));
-      write_grad(op, a.row(r), b.row(r), dx.row(r), cols, s);
+      write_grad(op, a.row(r), b.row(r), dx.row(r), cols, s, stream);
     });
     return;
   }
@@ -41,7 +44,7 @@ void run_host_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b
     SoftmaxState<T> sum = sums[r * chunks];
     for (index_t k = 1; k < chunks; ++k) sum.merge(sums[r * chunks + k]);
     write_grad(op, a.row(r) + c * chunk, b.row(r) + c * chunk, dx.row(r) + c * chunk, extent(c),
-               compensated_value(sum));
+               compensated_value(sum), stream);
   });
   exec.fence();  // the workspace must outlive the kernels
 }
