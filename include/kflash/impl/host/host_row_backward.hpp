@@ -1,7 +1,7 @@
 // The host schedule of softmax's and log_softmax's gradients on contiguous rows, through the
 // compiled host kernels: rows of at most HostTraits::min_chunk elements a work item each (the sum,
 // then the write while the row is in the cache); longer rows in chunks of that many, every chunk's
-// sum first, then each chunk's write from its row's sums merged in chunk order. The chunks depend on
+// sum first, each row's sums merged once in chunk order, then each chunk's write. The chunks depend on
 // the row's length alone: the same bits for any number of threads.
 #pragma once
 
@@ -31,20 +31,25 @@ void run_host_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b
     return;
   }
   const index_t chunks = (cols + chunk - 1) / chunk;
-  const CachedWorkspace<Kokkos::HostSpace> workspace(exec, sizeof(SoftmaxState<T>) * std::size_t(rows * chunks),
-                                                     "kflash::row gradient workspace");
+  const CachedWorkspace<Kokkos::HostSpace> workspace(
+      exec, sizeof(SoftmaxState<T>) * std::size_t(rows * chunks) + sizeof(T) * std::size_t(rows),
+      "kflash::row gradient workspace");
   SoftmaxState<T>* sums = workspace.template at<SoftmaxState<T>>(0);
+  T* row_sum = reinterpret_cast<T*>(sums + rows * chunks);  // each row's merged sum, once
   const auto extent = [=](index_t c) { return c + 1 < chunks ? chunk : cols - c * chunk; };
   Kokkos::parallel_for(label, Range(exec, 0, rows * chunks), [=](index_t item) {
     const index_t r = item / chunks, c = item % chunks;
     sums[item] = grad_sum(op, a.row(r) + c * chunk, b.row(r) + c * chunk, extent(c));
   });
-  Kokkos::parallel_for(label, Range(exec, 0, rows * chunks), [=](index_t item) {
-    const index_t r = item / chunks, c = item % chunks;
+  Kokkos::parallel_for(label, Range(exec, 0, rows), [=](index_t r) {
     SoftmaxState<T> sum = sums[r * chunks];
     for (index_t k = 1; k < chunks; ++k) sum.merge(sums[r * chunks + k]);
-    write_grad(op, a.row(r) + c * chunk, b.row(r) + c * chunk, dx.row(r) + c * chunk, extent(c),
-               compensated_value(sum), stream);
+    row_sum[r] = compensated_value(sum);
+  });
+  Kokkos::parallel_for(label, Range(exec, 0, rows * chunks), [=](index_t item) {
+    const index_t r = item / chunks, c = item % chunks;
+    write_grad(op, a.row(r) + c * chunk, b.row(r) + c * chunk, dx.row(r) + c * chunk, extent(c), row_sum[r],
+               stream);
   });
   exec.fence();  // the workspace must outlive the kernels
 }
