@@ -199,6 +199,11 @@ TYPED_TEST(AttentionBackwardTest, SeveralBlocksOfRowsAndKeys) {
   check_backward<T>(make_attn_data<T>({1, 4, 2, 150, 203, 20, 36, true}, 370), {}, {}, false, 371,
                     "GQA causal, several blocks");
   check_backward<T>(make_attn_data<T>({2, 2, 2, 97, 70, 40, 8}, 372), {}, {}, true, 373, "several blocks");
+  // The same within the device-schedule lane's team width (D and Dv <= 32): its blocks of rows span
+  // two query heads of a group, its blocks of keys end past the last key; rows of D = 10 are staged
+  // element by element (not whole 16-byte chunks).
+  check_backward<T>(make_attn_data<T>({1, 6, 2, 61, 75, 10, 28, true}, 377), {}, {}, true, 378,
+                    "GQA causal, strided, several team blocks");
   RefTerms t;
   t.left = 70;
   t.softcap = 4;

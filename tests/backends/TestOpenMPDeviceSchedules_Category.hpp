@@ -27,6 +27,9 @@ struct HostTeamDeviceTraits : DeviceTraits {
   using team_shape = std::conditional_t<Narrow, TeamAttentionShape<T, 4, 8, 1, 4, DV, 4>,
                                         TeamAttentionShape<T, 8, 8, 2, 4, DV, 4>>;
   static constexpr int team_dv_small = 16, team_dv_large = 32;
+  /// attention_backward: blocks of 4 rows against 8 keys, teams of 2 threads, 4 register blocks each.
+  template <class T, int DV>
+  using backward_shape = TeamAttentionShape<T, 4, 8, 2, 2, DV, 4>;
   /// Merges: a column per team, its two threads taking the parts in turn, chunks of 4 parts; two
   /// parts or fewer by one thread.
   static constexpr int merge_team_size = 2;

@@ -2,11 +2,13 @@
 // and the launch footprint of each device schedule that the static gates (tests/cuda/static_gates.py)
 // judge: threads and scratch bytes per team, one line each:
 //   <kernel family> <template arguments naming the shape> threads=<n> scratch=<bytes>
-// Attention's team shapes are printed at D = DV, the head dimension they are sized for; the row
+// Attention's team shapes are printed at D = DV, the head dimension they are sized for (the backward's
+// two kernels, dq and dk/dv, share each of their shapes' footprint); the row
 // kernels' teams are those the device traits launch (the team tier's smallest team), the lane tier's
 // scratch at its longest row; the merge's team with its full chunk of parts.
 #include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
+#include <kflash/impl/schedule/team_attention_backward.hpp>
 #include <kflash/impl/traits.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -32,8 +34,19 @@ void print_attention() {
               Shape::team_size, Scratch::bytes(DV));
 }
 
+template <class T, int DV>
+void print_backward() {
+  using Shape = typename Traits::template backward_shape<T, DV>;
+  const std::size_t bytes = kflash::impl::TeamBackwardScratch<Shape>::bytes();
+  for (const char* kernel : {"TeamBackwardDq", "TeamBackwardDkv"})
+    std::printf("%s TeamAttentionShape<%s, %d, %d, %d, %d, %d, %d> threads=%d scratch=%zu\n", kernel, type_name<T>(),
+                Shape::BQ, Shape::BK, Shape::TM, Shape::TN, Shape::DV, Shape::blocks, Shape::team_size, bytes);
+}
+
 template <class T>
 void print_all() {
+  print_backward<T, Traits::team_dv_small>();
+  print_backward<T, Traits::team_dv_large>();
   print_attention<T, Traits::team_dv_small, false>();
   print_attention<T, Traits::team_dv_large, false>();
   print_attention<T, Traits::team_dv_small, true>();

@@ -4,12 +4,13 @@
 Reads the CUDA build's library, libkflash.a (every device kernel of every entry point, as its C
 interface instantiates them for Kokkos::Cuda), through cuobjdump: registers and stack frame per kernel (--dump-resource-usage), spill instructions (STL/LDL) and the
 widest global load (-sass); and the threads and scratch bytes per team of each device shape from
-kflash_device_footprints. Then judges, for attention and decode at fp32 D = 64 and 128 and at
-fp64 D = 64 and for the row kernels:
+kflash_device_footprints. Then judges, for attention, its backward (the dq and the dk/dv kernel) and
+decode at fp32 D = 64 and 128 and at fp64 D = 64 and for the row kernels:
 
   spill      no local-memory store or load and no stack frame
   occupancy  at least 8 warps per SM on sm_80 and on sm_90, from registers, team threads and scratch
   ldg128     the widest global load is 128 bits (attention and decode: K/V staged by 16-byte loads;
+             the backward: q, dout, K and V staged so;
              the team row kernel's chunk path: rows read by 16-byte loads)
 
 A gate that fails must be listed in the expected-failures file (one "gate kernel key" per line,
@@ -26,7 +27,10 @@ import re
 import subprocess
 import sys
 
-GATED = ("TeamAttentionKernel", "MergeKernel", "RowKernel", "LaneRowKernel", "TeamRowKernel")
+GATED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv", "MergeKernel", "RowKernel", "LaneRowKernel",
+         "TeamRowKernel")
+# The kernels on attention's team shapes (TeamAttentionShape<...> is their key).
+TEAM_SHAPED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv")
 # (registers per SM, warps per SM, teams per SM, shared memory per SM, reserved per team) for the
 # architectures the gates hold on; a team's scratch beyond 48 KiB is never asked for by Kokkos.
 ARCHS = {"sm_80": (65536, 64, 32, 167936, 1024), "sm_90": (65536, 64, 32, 233472, 1024)}
@@ -137,14 +141,17 @@ def key_of(kernel, demangled):
 
 
 def role(kernel, key):
+    if kernel.startswith("TeamBackward"):
+        return "attention backward"
     if kernel == "TeamAttentionKernel":
         return "decode" if re.match(r"TeamAttentionShape<\w+, 8,", key) else "attention"
     return "decode merge" if kernel == "MergeKernel" else "rows"
 
 
 def judged(kernel, key):
-    """Attention and decode at fp32 D = 64, 128 and fp64 D = 64; merges and rows at both types."""
-    if kernel != "TeamAttentionKernel":
+    """Attention, its backward and decode at fp32 D = 64, 128 and fp64 D = 64; merges and rows at both
+    types."""
+    if kernel not in TEAM_SHAPED:
         return True
     dv = int(re.search(r"(\d+), \d+>$", key).group(1))
     return "float" in key or dv == 64
@@ -185,7 +192,7 @@ def main():
             gates["occupancy"] = all(w >= MIN_WARPS for w in occupancy.values())
         else:
             failures.append(f"{kernel} {key}: no footprint from kflash_device_footprints")
-        if kernel == "TeamAttentionKernel" or key.endswith(BY_CHUNKS):
+        if kernel in TEAM_SHAPED or key.endswith(BY_CHUNKS):
             gates["ldg128"] = widest >= 128
         for gate, ok in gates.items():
             listed = (gate, kernel, key) in expected

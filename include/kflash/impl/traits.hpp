@@ -117,6 +117,8 @@ struct HostTraits : CommonTraits {
   /// No team schedule on hosts: attention's blocks take the host tile kernel.
   template <class T, int DV, bool Narrow>
   using team_shape = void;
+  template <class T, int DV>
+  using backward_shape = void;
 };
 
 /// Device spaces: teams of threads and vector lanes (team_rows.hpp, team_attention.hpp).
@@ -179,6 +181,16 @@ struct DeviceTraits : CommonTraits {
                                             TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
   /// The output widths team_shape exists for.
   static constexpr int team_dv_small = 64, team_dv_large = 128;
+  /// attention_backward's team shapes (schedule/team_attention_backward.hpp) by value type and the
+  /// wider of D and Dv (<= team_dv_small, <= team_dv_large): q and dout of BQ rows, K and V of BK
+  /// keys, P and dS of a block pair, all in a team's level-0 scratch (31-37 KiB); 4 warps a team in
+  /// fp32, 2 in fp64, whose dk and dv register blocks (2 x TN x DV / RG values a thread) stay within
+  /// the registers that leave 8 warps an SM.
+  template <class T, int DV>
+  using backward_shape = std::conditional_t<
+      sizeof(T) == 4,
+      std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 32, 2, 2, 64>, TeamAttentionShape<T, 16, 16, 2, 1, 128>>,
+      std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 2, 64>, TeamAttentionShape<T, 8, 8, 1, 1, 128>>>;
 };
 
 /// The traits of an execution space: host spaces (those that can access HostSpace) HostTraits,

@@ -1,0 +1,401 @@
+// attention_backward's team schedule for devices: FlashAttention 2's backward tiles without its
+// atomics, as two kernels on the forward's team shapes (TeamAttentionShape). A dk/dv team owns a
+// block of BK keys of one K/V head, stages their K and V once and takes every block of BQ query rows
+// of the head's group that sees them; a dq team owns a block of BQ query rows, stages their q and
+// dout once and takes every tile of BK keys they see. For each block pair both compute the scores
+// and dP = dout V^T by register blocks (thread id: rows id / KG + RG a, keys id % KG + KG c, as the
+// forward), then P and dS through the tile layer's pair_grad into scratch, then dv += P^T dout and
+// dk += dS^T q (dk/dv teams) or dq += dS k (dq teams) on register blocks. Every gradient element is
+// summed by one thread in one order: the same bits run to run, no atomics. The price: the scores
+// and dP of a pair are computed by both kernels (7 block products a pair against FA2's 5).
+#pragma once
+
+#include <kflash/impl/schedule/attention_backward.hpp>
+#include <type_traits>
+
+namespace kflash::impl {
+
+/// Where a team of Shape keeps its tiles: q and dout of BQ rows, K and V of BK keys (DV columns, zero
+/// past D or Dv), P and dS of the block pair, then each staged row's lse and D; each 16-byte aligned.
+/// Also read by tests/cuda/device_footprints.cpp, which prints each shape's footprint for the static
+/// gates.
+template <class Shape>
+struct TeamBackwardScratch {
+  using T = typename Shape::value_type;
+  static constexpr int BQ = Shape::BQ, BK = Shape::BK, DV = Shape::DV, W = Chunk<T>::n;
+  /// Leading dimension of the staged rows of q, dout, K and V: one chunk past DV, so that the rows a
+  /// warp reads at once start on different banks.
+  static constexpr int LD = DV + W;
+  /// Leading dimension of the rows of P and dS (BK keys), one chunk past for the same reason.
+  static constexpr int LP = BK + W;
+  static_assert(DV % W == 0, "kflash: a team backward shape's width must be whole chunks");
+
+  /// Byte offsets in a team's block.
+  struct Layout {
+    std::size_t qs, dos, ks, vs, ps, dss, lse, delta, end;
+  };
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t after(std::size_t at, std::size_t bytes) {
+    return at + (bytes + 15) / 16 * 16;
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr Layout layout() {
+    Layout l{};
+    l.dos = after(l.qs, sizeof(T) * BQ * LD);
+    l.ks = after(l.dos, sizeof(T) * BQ * LD);
+    l.vs = after(l.ks, sizeof(T) * BK * LD);
+    l.ps = after(l.vs, sizeof(T) * BK * LD);
+    l.dss = after(l.ps, sizeof(T) * BQ * LP);
+    l.lse = after(l.dss, sizeof(T) * BQ * LP);
+    l.delta = after(l.lse, sizeof(T) * BQ);
+    l.end = after(l.delta, sizeof(T) * BQ);
+    return l;
+  }
+  /// The block and the 15 bytes its alignment may take.
+  static constexpr std::size_t bytes() { return layout().end + 15; }
+};
+
+/// What both kernels share: the pairs, the staging of rows and keys, and the P and dS of a block
+/// pair.
+template <class ExecSpace, class Shape, class Pairs>
+struct TeamBackwardBase {
+  using T = typename Pairs::T;
+  using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Scratch = TeamBackwardScratch<Shape>;
+  static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
+  static constexpr int BQ = Shape::BQ, BK = Shape::BK, TM = Shape::TM, TN = Shape::TN;
+  static constexpr int RG = Shape::RG, KG = Shape::KG, DV = Shape::DV, W = Chunk<T>::n;
+  static constexpr int LD = Scratch::LD, LP = Scratch::LP;
+
+  Pairs pairs;
+  int scratch_level = 0;
+  /// Whether the rows of q, dout, k and v are whole aligned chunks (rows_in_chunks): they are then
+  /// staged by 16-byte loads.
+  bool chunked = false;
+
+  static constexpr std::size_t scratch_bytes() { return Scratch::bytes(); }
+
+  /// A team's tiles in its scratch block.
+  struct Tiles {
+    T *qs, *dos, *ks, *vs, *ps, *dss, *lse, *delta;
+  };
+  /// Each branch names its level as a constant (see AttentionKernelBase::scratch_block).
+  KOKKOS_INLINE_FUNCTION Tiles tiles(const member_type& team) const {
+    constexpr typename Scratch::Layout l = Scratch::layout();
+    char* const block = static_cast<char*>(scratch_level == 0 ? team.team_scratch(0).get_shmem_aligned(l.end, 16, 0)
+                                                              : team.team_scratch(1).get_shmem_aligned(l.end, 16, 1));
+    const auto at = [&](std::size_t offset) { return reinterpret_cast<T*>(block + offset); };
+    return Tiles{at(l.qs), at(l.dos), at(l.ks), at(l.vs), at(l.ps), at(l.dss), at(l.lse), at(l.delta)};
+  }
+
+  KOKKOS_INLINE_FUNCTION static int block_row(int id, int a) { return id / KG + RG * a; }
+  KOKKOS_INLINE_FUNCTION static int tile_key(int id, int c) { return id % KG + KG * c; }
+
+  /// Query head and row of row rho of K/V head hk's group (nq rows a head), as the forward's.
+  struct Row {
+    index_t h, i;
+  };
+  KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t nq, index_t rho) const {
+    return Row{hk * pairs.p.group + rho / nq, rho % nq};
+  }
+  /// The keys any of the rows [rho0, rho0 + nr) sees (all of a head's where they span two heads).
+  KOKKOS_INLINE_FUNCTION static KeyRange keys_of_rows(const KeyMask& mask, index_t nq, index_t rho0, index_t nr) {
+    const bool one_head = rho0 / nq == (rho0 + nr - 1) / nq;
+    return mask.keys_of_rows(one_head ? rho0 % nq : 0, one_head ? (rho0 + nr - 1) % nq : nq - 1);
+  }
+  /// Whether the block mask hides every pair of the rows [rho0, rho0 + nr) with the keys
+  /// [t0, t0 + nk) (the block pair is then skipped). The same answer in every thread of a team.
+  KOKKOS_INLINE_FUNCTION bool pairs_hidden(index_t b, index_t hk, index_t nq, index_t rho0, index_t nr, index_t t0,
+                                           index_t nk) const {
+    const BlockMask& bm = pairs.terms.block_mask;
+    if (!bm.blocks.on()) return false;
+    const index_t k0 = t0 / bm.keys, k1 = (t0 + nk - 1) / bm.keys;
+    index_t last_h = -1, last_qb = -1;
+    for (index_t r = 0; r < nr; ++r) {
+      const Row row = row_of(hk, nq, rho0 + r);
+      const index_t qb = row.i / bm.rows;
+      if (row.h == last_h && qb == last_qb) continue;
+      last_h = row.h, last_qb = qb;
+      for (index_t kb = k0; kb <= k1; ++kb)
+        if (bm.blocks(b, row.h, qb, kb)) return false;
+    }
+    return true;
+  }
+
+  /// Stages `rows` rows into dst (LD apart, DV columns): row r < n from at(r, d) (width elements),
+  /// zero past n and past width. By 16-byte chunks where the rows are in chunks.
+  template <class At>
+  KOKKOS_INLINE_FUNCTION void stage(const member_type& team, T* dst, int rows, int n, int width, const At& at) const {
+    if (chunked) {
+      constexpr int C = DV / W;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * C), [&](int idx) {
+        const int r = idx / C, c = (idx - r * C) * W;
+        store_chunk(dst + r * LD + c, r < n && c < width ? load_chunk(&at(r, c)) : Chunk<T>{});
+      });
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * DV), [&](int idx) {
+        const int r = idx / DV, d = idx - r * DV;
+        dst[r * LD + d] = r < n && d < width ? T(at(r, d)) : T(0);
+      });
+    }
+  }
+  /// Stages the rows [rho0, rho0 + nr) of K/V head hk's group: q, dout, lse and D.
+  KOKKOS_INLINE_FUNCTION void stage_rows(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t nq,
+                                         index_t rho0, int nr) const {
+    const auto& pr = pairs;
+    const auto row = [&](int r) { return row_of(hk, nq, rho0 + r); };
+    stage(
+        team, t.qs, BQ, nr, int(pr.p.D), [&](int r, int d) -> const auto& {
+          const Row x = row(r);
+          return pr.q(b, x.h, x.i, d);
+        });
+    stage(
+        team, t.dos, BQ, nr, int(pr.p.Dv), [&](int r, int d) -> const auto& {
+          const Row x = row(r);
+          return pr.dout(b, x.h, x.i, d);
+        });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](int r) {
+      const Row x = row(r < nr ? r : 0);
+      t.lse[r] = r < nr ? T(pr.lse(b, x.h, x.i)) : T(0);
+      t.delta[r] = r < nr ? T(pr.delta(b, x.h, x.i)) : T(0);
+    });
+  }
+  /// Stages the keys [t0, t0 + nk) of K/V head hk: K and V.
+  KOKKOS_INLINE_FUNCTION void stage_keys(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t t0,
+                                         int nk) const {
+    const auto& pr = pairs;
+    stage(
+        team, t.ks, BK, nk, int(pr.p.D), [&](int j, int d) -> const auto& { return pr.k(b, hk, t0 + j, d); });
+    stage(
+        team, t.vs, BK, nk, int(pr.p.Dv), [&](int j, int d) -> const auto& { return pr.v(b, hk, t0 + j, d); });
+  }
+
+  /// P and dS (times the scale) of the staged block pair, rows [rho0, rho0 + nr) of K/V head hk's
+  /// group against keys [t0, t0 + nk), into ps and dss: the scores and dP by register blocks, each
+  /// pair through pair_grad; 0 for the pairs the row does not see and past the rows and keys.
+  KOKKOS_INLINE_FUNCTION void pair_block(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t nq,
+                                         const KeyMask& mask, index_t rho0, int nr, index_t t0, int nk) const {
+    const auto& pr = pairs;
+    const int Dp = (int(pr.p.D) + W - 1) / W * W, Dvp = (int(pr.p.Dv) + W - 1) / W * W;
+    const int rank = team.team_rank(), nt = team.team_size();
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
+      const int id = rank + bb * nt;
+      T s[TM][TN], dp[TM][TN];
+      KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) s[a][c] =
+          dp[a][c] = T(0);
+      for (int d = 0; d < Dp; d += W) {
+        Chunk<T> qa[TM], kb[TN];
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) qa[a] = load_chunk(t.qs + block_row(id, a) * LD + d);
+        KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) kb[c] = load_chunk(t.ks + tile_key(id, c) * LD + d);
+        KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+            KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) s[a][c] += qa[a].x[e] * kb[c].x[e];
+      }
+      for (int d = 0; d < Dvp; d += W) {
+        Chunk<T> da[TM], vb[TN];
+        KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) da[a] = load_chunk(t.dos + block_row(id, a) * LD + d);
+        KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) vb[c] = load_chunk(t.vs + tile_key(id, c) * LD + d);
+        KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+            KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) dp[a][c] += da[a].x[e] * vb[c].x[e];
+      }
+      KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
+        const int r = block_row(id, a);
+        const bool real = r < nr;
+        const Row row = row_of(hk, nq, rho0 + (real ? r : 0));
+        const KeyRange keys = real ? mask.keys_of(row.i) : KeyRange{};
+        const RowAt at{b, row.h, row.i, row.i + mask.shift};
+        KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) {
+          const int key = tile_key(id, c);
+          const index_t j = t0 + key;
+          T pv = T(0), ds = T(0);
+          if (key < nk && keys.contains(j) && !pr.block_hidden(b, row.h, row.i, j)) {
+            const auto g = pair_grad(pr.terms.stage, pr.terms.scale * s[a][c], at, j, t.lse[r], dp[a][c], t.delta[r]);
+            if (g.visible) pv = g.p, ds = g.draw * pr.terms.scale;
+          }
+          t.ps[r * LP + key] = pv;
+          t.dss[r * LP + key] = ds;
+        }
+      }
+    }
+  }
+};
+
+/// dq by blocks of query rows: dq(row) = sum over the keys of dS(row, j) k_j. Thread id keeps its
+/// rows' dq in registers, the columns of chunks id % KG + KG q (q < TNO / W), as the forward's O.
+template <class ExecSpace, class Shape, class Pairs, class DQV>
+struct TeamBackwardDq : TeamBackwardBase<ExecSpace, Shape, Pairs> {
+  using Base = TeamBackwardBase<ExecSpace, Shape, Pairs>;
+  using Base::BQ, Base::BK, Base::TM, Base::KG, Base::W, Base::LD, Base::LP;
+  using typename Base::T, typename Base::member_type, typename Base::Tiles, typename Base::Row;
+  static constexpr int QC = Shape::TNO / W;
+  static_assert(Shape::TNO % W == 0, "kflash: a team backward shape's dq columns must be whole chunks");
+
+  DQV dq;
+  index_t nqb = 0;  // blocks of query rows per K/V head
+
+  KOKKOS_INLINE_FUNCTION static int column(int id, int q) { return (id % KG + KG * q) * W; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const auto& p = this->pairs.p;
+    index_t item = team.league_rank();
+    const index_t qb = item % nqb, hk = item / nqb % p.Hk, b = item / (nqb * p.Hk);
+    const index_t nq = this->pairs.seq.nq(b), rows = p.group * nq, rho0 = qb * BQ;
+    if (rho0 >= rows) return;
+    const int nr = rows - rho0 < BQ ? int(rows - rho0) : BQ;
+    const KeyMask mask = this->pairs.mask_of(b);
+    const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
+    const Tiles t = this->tiles(team);
+    this->stage_rows(team, t, b, hk, nq, rho0, nr);
+
+    const int rank = team.team_rank(), nt = team.team_size();
+    T acc[Shape::blocks][TM][QC * W];
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
+        KFLASH_IMPL_UNROLL for (int c = 0; c < QC * W; ++c) acc[bb][a][c] = T(0);
+    for (index_t t0 = seen.begin; t0 < seen.end; t0 += BK) {
+      const int nk = seen.end - t0 < BK ? int(seen.end - t0) : BK;
+      if (this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) continue;
+      team.team_barrier();  // the previous tile is no longer read
+      this->stage_keys(team, t, b, hk, t0, nk);
+      team.team_barrier();
+      this->pair_block(team, t, b, hk, nq, mask, rho0, nr, t0, nk);
+      team.team_barrier();
+      KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
+        const int id = rank + bb * nt;
+        for (int j = 0; j < nk; ++j) {
+          Chunk<T> kc[QC];
+          KFLASH_IMPL_UNROLL for (int q = 0; q < QC; ++q) kc[q] = load_chunk(t.ks + j * LD + column(id, q));
+          KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
+            const T x = t.dss[Base::block_row(id, a) * LP + j];
+            KFLASH_IMPL_UNROLL for (int q = 0; q < QC; ++q) KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e)
+                acc[bb][a][q * W + e] += x * kc[q].x[e];
+          }
+        }
+      }
+    }
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
+      const int id = rank + bb * nt;
+      KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a) {
+        const int r = Base::block_row(id, a);
+        if (r >= nr) continue;
+        const Row row = this->row_of(hk, nq, rho0 + r);
+        KFLASH_IMPL_UNROLL for (int q = 0; q < QC; ++q) KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) {
+          const int d = column(id, q) + e;
+          if (d < p.D) dq(b, row.h, row.i, d) = acc[bb][a][q * W + e];
+        }
+      }
+    }
+  }
+};
+
+/// dk and dv by blocks of keys: dv(j) = sum over the rows of P(row, j) dout_row and dk(j) = sum of
+/// dS(row, j) q_row, over every query head of the K/V head's group. Thread id keeps its keys' dk and
+/// dv in registers, the columns of chunks id / KG + RG q (q < DV / RG / W).
+template <class ExecSpace, class Shape, class Pairs, class DKV, class DVV>
+struct TeamBackwardDkv : TeamBackwardBase<ExecSpace, Shape, Pairs> {
+  using Base = TeamBackwardBase<ExecSpace, Shape, Pairs>;
+  using Base::BQ, Base::BK, Base::TN, Base::RG, Base::KG, Base::DV, Base::W, Base::LD, Base::LP;
+  using typename Base::T, typename Base::member_type, typename Base::Tiles;
+  static constexpr int KC = DV / RG / W;
+  static_assert((DV / RG) % W == 0 && DV % RG == 0, "kflash: a team backward shape's dk columns must be whole chunks");
+
+  DKV dk;
+  DVV dv;
+  index_t nkb = 0;  // blocks of keys per K/V head
+
+  KOKKOS_INLINE_FUNCTION static int column(int id, int q) { return (id / KG + RG * q) * W; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
+    const auto& p = this->pairs.p;
+    index_t item = team.league_rank();
+    const index_t kb = item % nkb, hk = item / nkb % p.Hk, b = item / (nkb * p.Hk);
+    const index_t nkeys = this->pairs.seq.nk(b), t0 = kb * BK;
+    if (t0 >= nkeys) return;
+    const int nk = nkeys - t0 < BK ? int(nkeys - t0) : BK;
+    const index_t nq = this->pairs.seq.nq(b), rows = p.group * nq;
+    const KeyMask mask = this->pairs.mask_of(b);
+    const Tiles t = this->tiles(team);
+    this->stage_keys(team, t, b, hk, t0, nk);
+
+    const int rank = team.team_rank(), nt = team.team_size();
+    T gk[Shape::blocks][TN][KC * W], gv[Shape::blocks][TN][KC * W];
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c)
+        KFLASH_IMPL_UNROLL for (int d = 0; d < KC * W; ++d) gk[bb][c][d] = gv[bb][c][d] = T(0);
+    for (index_t rho0 = 0; rho0 < rows; rho0 += BQ) {
+      const int nr = rows - rho0 < BQ ? int(rows - rho0) : BQ;
+      const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
+      if (seen.end <= t0 || seen.begin >= t0 + nk) continue;  // no row of the block sees these keys
+      if (this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) continue;
+      team.team_barrier();  // the previous rows are no longer read
+      this->stage_rows(team, t, b, hk, nq, rho0, nr);
+      team.team_barrier();
+      this->pair_block(team, t, b, hk, nq, mask, rho0, nr, t0, nk);
+      team.team_barrier();
+      KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
+        const int id = rank + bb * nt;
+        for (int r = 0; r < nr; ++r) {
+          Chunk<T> dc[KC], qc[KC];
+          KFLASH_IMPL_UNROLL for (int q = 0; q < KC; ++q) {
+            dc[q] = load_chunk(t.dos + r * LD + column(id, q));
+            qc[q] = load_chunk(t.qs + r * LD + column(id, q));
+          }
+          KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) {
+            const T pv = t.ps[r * LP + Base::tile_key(id, c)], ds = t.dss[r * LP + Base::tile_key(id, c)];
+            KFLASH_IMPL_UNROLL for (int q = 0; q < KC; ++q) KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) {
+              gv[bb][c][q * W + e] += pv * dc[q].x[e];
+              gk[bb][c][q * W + e] += ds * qc[q].x[e];
+            }
+          }
+        }
+      }
+    }
+    KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
+      const int id = rank + bb * nt;
+      KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c) {
+        const int key = Base::tile_key(id, c);
+        if (key >= nk) continue;
+        KFLASH_IMPL_UNROLL for (int q = 0; q < KC; ++q) KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) {
+          const int d = column(id, q) + e;
+          if (d < p.D) dk(b, hk, t0 + key, d) = gk[bb][c][q * W + e];
+          if (d < p.Dv) dv(b, hk, t0 + key, d) = gv[bb][c][q * W + e];
+        }
+      }
+    }
+  }
+};
+
+/// Launches one of the kernels over `league` teams of Shape's team with its scratch: teams of
+/// unequal work (ragged sequences, windows, block masks; causal rows are even enough in a block of
+/// keys' or rows' share) handed out as threads free up.
+template <class Shape, class ExecSpace, class Kernel>
+void launch_team_backward(const ExecSpace& exec, const char* label, index_t league, bool uneven, Kernel kernel) {
+  const std::size_t bytes = Kernel::scratch_bytes();
+  kernel.scratch_level = bytes <= std::size_t(Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(0)) ? 0 : 1;
+  if (league == 0) return;
+  if (uneven) {
+    using Dynamic = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+    Kokkos::parallel_for(
+        label,
+        Dynamic(exec, int(league), Shape::team_size, 1).set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+        kernel);
+    return;
+  }
+  Kokkos::parallel_for(label,
+                       Kokkos::TeamPolicy<ExecSpace>(exec, int(league), Shape::team_size, 1)
+                           .set_scratch_size(kernel.scratch_level, Kokkos::PerTeam(bytes)),
+                       kernel);
+}
+
+/// dq by blocks of rows, then dk and dv by blocks of keys, on the team shape Shape (D, Dv <= DV).
+template <class Shape, class ExecSpace, class Pairs, class DQV, class DKV, class DVV>
+void run_team_backward(const ExecSpace& exec, const Pairs& pairs, const DQV& dq, const DKV& dk, const DVV& dv) {
+  const AttentionPlan& p = pairs.p;
+  using Base = TeamBackwardBase<ExecSpace, Shape, Pairs>;
+  Base base{pairs};
+  base.chunked = rows_in_chunks(pairs.q, p.D) && rows_in_chunks(pairs.k, p.D) && rows_in_chunks(pairs.v, p.Dv) &&
+                 rows_in_chunks(pairs.dout, p.Dv);
+  const bool uneven = p.ragged || p.window_left >= 0 || p.window_right >= 0 || pairs.terms.block_mask.blocks.on();
+  const index_t nqb = (p.group * p.Nq + Shape::BQ - 1) / Shape::BQ, nkb = (p.Nk + Shape::BK - 1) / Shape::BK;
+  launch_team_backward<Shape>(exec, "kflash::attention_backward dq", p.B * p.Hk * nqb, uneven,
+                              TeamBackwardDq<ExecSpace, Shape, Pairs, DQV>{base, dq, nqb});
+  launch_team_backward<Shape>(exec, "kflash::attention_backward dk dv", p.B * p.Hk * nkb, uneven,
+                              TeamBackwardDkv<ExecSpace, Shape, Pairs, DKV, DVV>{base, dk, dv, nkb});
+}
+
+}  // namespace kflash::impl
