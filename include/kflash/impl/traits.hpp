@@ -183,14 +183,15 @@ struct DeviceTraits : CommonTraits {
   static constexpr int team_dv_small = 64, team_dv_large = 128;
   /// attention_backward's team shapes (schedule/team_attention_backward.hpp) by value type and the
   /// wider of D and Dv (<= team_dv_small, <= team_dv_large): q and dout of BQ rows, K and V of BK
-  /// keys, P and dS of a block pair, all in a team's level-0 scratch (31-37 KiB); 4 warps a team in
-  /// fp32, 2 in fp64, whose dk and dv register blocks (2 x TN x DV / RG values a thread) stay within
-  /// the registers that leave 8 warps an SM.
+  /// keys, P and dS of a block pair, all in a team's level-0 scratch (30-38 KiB). Teams of 4 warps
+  /// (fp64 at Dv = 128: 2), whose register blocks (dk and dv: 2 x TN x DV / RG values a thread) and
+  /// prefetched tiles (2 x BK x DV / team values) fit the registers that leave 8 warps an SM without
+  /// spilling (tests/cuda/static_gates.py checks it; fp64 in 2 warps of 8 x 16 blocks spilled).
   template <class T, int DV>
   using backward_shape = std::conditional_t<
       sizeof(T) == 4,
       std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 32, 2, 2, 64>, TeamAttentionShape<T, 16, 16, 2, 1, 128>>,
-      std::conditional_t<DV == 64, TeamAttentionShape<T, 8, 16, 1, 2, 64>, TeamAttentionShape<T, 8, 8, 1, 1, 128>>>;
+      std::conditional_t<DV == 64, TeamAttentionShape<T, 16, 16, 1, 2, 64>, TeamAttentionShape<T, 8, 8, 1, 1, 128>>>;
 };
 
 /// The traits of an execution space: host spaces (those that can access HostSpace) HostTraits,

@@ -120,52 +120,120 @@ struct TeamBackwardBase {
     return true;
   }
 
-  /// Stages `rows` rows into dst (LD apart, DV columns): row r < n from at(r, d) (width elements),
-  /// zero past n and past width. By 16-byte chunks where the rows are in chunks.
-  template <class At>
-  KOKKOS_INLINE_FUNCTION void stage(const member_type& team, T* dst, int rows, int n, int width, const At& at) const {
-    if (chunked) {
-      constexpr int C = DV / W;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * C), [&](int idx) {
-        const int r = idx / C, c = (idx - r * C) * W;
-        store_chunk(dst + r * LD + c, r < n && c < width ? load_chunk(&at(r, c)) : Chunk<T>{});
-      });
-    } else {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * DV), [&](int idx) {
-        const int r = idx / DV, d = idx - r * DV;
-        dst[r * LD + d] = r < n && d < width ? T(at(r, d)) : T(0);
-      });
+  /// Two operands' tiles of Rows rows (q and dout, or K and V) as a thread holds them between their
+  /// loads and their stores, by 16-byte chunks: the thread's chunks are rank, rank + team_size, .. of
+  /// the tile's Rows x DV / W. The loads of the next tile are issued before the products of the
+  /// current one (register double buffering), where the rows are in chunks.
+  template <int Rows>
+  struct Held {
+    static constexpr int chunks = Rows * (DV / W);
+    static constexpr int count = (chunks + Shape::team_size - 1) / Shape::team_size;
+    Chunk<T> a[count], b[count];
+  };
+  /// Loads rows r < n of two operands (at_a(r, d), d < wa; at_b(r, d), d < wb) into h, zero past n
+  /// and past the widths. Consecutive threads read consecutive chunks of a row.
+  template <int Rows, class AtA, class AtB>
+  KOKKOS_INLINE_FUNCTION void load(const member_type& team, Held<Rows>& h, int n, int wa, const AtA& at_a, int wb,
+                                   const AtB& at_b) const {
+    constexpr int C = DV / W;
+    KFLASH_IMPL_UNROLL for (int u = 0; u < Held<Rows>::count; ++u) {
+      const int idx = team.team_rank() + u * team.team_size(), r = idx / C, c = (idx - r * C) * W;
+      h.a[u] = r < n && c < wa ? load_chunk(&at_a(r, c)) : Chunk<T>{};
+      h.b[u] = r < n && c < wb ? load_chunk(&at_b(r, c)) : Chunk<T>{};
     }
   }
-  /// Stages the rows [rho0, rho0 + nr) of K/V head hk's group: q, dout, lse and D.
+  /// Stores the chunks load gave h into da and db (rows LD apart).
+  template <int Rows>
+  KOKKOS_INLINE_FUNCTION void store(const member_type& team, const Held<Rows>& h, T* da, T* db) const {
+    constexpr int C = DV / W;
+    KFLASH_IMPL_UNROLL for (int u = 0; u < Held<Rows>::count; ++u) {
+      const int idx = team.team_rank() + u * team.team_size(), r = idx / C, c = (idx - r * C) * W;
+      if (idx >= Held<Rows>::chunks) break;
+      store_chunk(da + r * LD + c, h.a[u]);
+      store_chunk(db + r * LD + c, h.b[u]);
+    }
+  }
+  /// Stages `rows` rows into dst element by element (rows not in chunks): row r < n from at(r, d),
+  /// d < width, zero past n and past width.
+  template <class At>
+  KOKKOS_INLINE_FUNCTION void stage(const member_type& team, T* dst, int rows, int n, int width, const At& at) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * DV), [&](int idx) {
+      const int r = idx / DV, d = idx - r * DV;
+      dst[r * LD + d] = r < n && d < width ? T(at(r, d)) : T(0);
+    });
+  }
+
+  /// Loads the rows [rho0, rho0 + nr) of K/V head hk's group, q and dout, into h.
+  KOKKOS_INLINE_FUNCTION void load_rows(const member_type& team, Held<BQ>& h, index_t b, index_t hk, index_t nq,
+                                        index_t rho0, int nr) const {
+    const auto& pr = pairs;
+    load(
+        team, h, nr, int(pr.p.D),
+        [&](int r, int d) -> const auto& {
+          const Row x = row_of(hk, nq, rho0 + r);
+          return pr.q(b, x.h, x.i, d);
+        },
+        int(pr.p.Dv),
+        [&](int r, int d) -> const auto& {
+          const Row x = row_of(hk, nq, rho0 + r);
+          return pr.dout(b, x.h, x.i, d);
+        });
+  }
+  /// Loads the keys [t0, t0 + nk) of K/V head hk, K and V, into h.
+  KOKKOS_INLINE_FUNCTION void load_keys(const member_type& team, Held<BK>& h, index_t b, index_t hk, index_t t0,
+                                        int nk) const {
+    const auto& pr = pairs;
+    load(
+        team, h, nk, int(pr.p.D), [&](int j, int d) -> const auto& { return pr.k(b, hk, t0 + j, d); },
+        int(pr.p.Dv), [&](int j, int d) -> const auto& { return pr.v(b, hk, t0 + j, d); });
+  }
+  /// Stages the rows [rho0, rho0 + nr) of K/V head hk's group: q and dout (by chunks where the
+  /// rows are in chunks, else element by element), then their lse and D.
   KOKKOS_INLINE_FUNCTION void stage_rows(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t nq,
                                          index_t rho0, int nr) const {
     const auto& pr = pairs;
-    const auto row = [&](int r) { return row_of(hk, nq, rho0 + r); };
-    stage(
-        team, t.qs, BQ, nr, int(pr.p.D), [&](int r, int d) -> const auto& {
-          const Row x = row(r);
-          return pr.q(b, x.h, x.i, d);
-        });
-    stage(
-        team, t.dos, BQ, nr, int(pr.p.Dv), [&](int r, int d) -> const auto& {
-          const Row x = row(r);
-          return pr.dout(b, x.h, x.i, d);
-        });
+    if (chunked) {
+      Held<BQ> h;
+      load_rows(team, h, b, hk, nq, rho0, nr);
+      store(team, h, t.qs, t.dos);
+    } else {
+      stage(
+          team, t.qs, BQ, nr, int(pr.p.D), [&](int r, int d) -> const auto& {
+            const Row x = row_of(hk, nq, rho0 + r);
+            return pr.q(b, x.h, x.i, d);
+          });
+      stage(
+          team, t.dos, BQ, nr, int(pr.p.Dv), [&](int r, int d) -> const auto& {
+            const Row x = row_of(hk, nq, rho0 + r);
+            return pr.dout(b, x.h, x.i, d);
+          });
+    }
+    stage_stats(team, t, b, hk, nq, rho0, nr);
+  }
+  /// Stages the lse and D of the rows [rho0, rho0 + nr) of K/V head hk's group.
+  KOKKOS_INLINE_FUNCTION void stage_stats(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t nq,
+                                          index_t rho0, int nr) const {
+    const auto& pr = pairs;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](int r) {
-      const Row x = row(r < nr ? r : 0);
+      const Row x = row_of(hk, nq, rho0 + (r < nr ? r : 0));
       t.lse[r] = r < nr ? T(pr.lse(b, x.h, x.i)) : T(0);
       t.delta[r] = r < nr ? T(pr.delta(b, x.h, x.i)) : T(0);
     });
   }
-  /// Stages the keys [t0, t0 + nk) of K/V head hk: K and V.
+  /// Stages the keys [t0, t0 + nk) of K/V head hk: K and V (as stage_rows).
   KOKKOS_INLINE_FUNCTION void stage_keys(const member_type& team, const Tiles& t, index_t b, index_t hk, index_t t0,
                                          int nk) const {
     const auto& pr = pairs;
-    stage(
-        team, t.ks, BK, nk, int(pr.p.D), [&](int j, int d) -> const auto& { return pr.k(b, hk, t0 + j, d); });
-    stage(
-        team, t.vs, BK, nk, int(pr.p.Dv), [&](int j, int d) -> const auto& { return pr.v(b, hk, t0 + j, d); });
+    if (chunked) {
+      Held<BK> h;
+      load_keys(team, h, b, hk, t0, nk);
+      store(team, h, t.ks, t.vs);
+    } else {
+      stage(
+          team, t.ks, BK, nk, int(pr.p.D), [&](int j, int d) -> const auto& { return pr.k(b, hk, t0 + j, d); });
+      stage(
+          team, t.vs, BK, nk, int(pr.p.Dv), [&](int j, int d) -> const auto& { return pr.v(b, hk, t0 + j, d); });
+    }
   }
 
   /// P and dS (times the scale) of the staged block pair, rows [rho0, rho0 + nr) of K/V head hk's
@@ -234,7 +302,7 @@ struct TeamBackwardDq : TeamBackwardBase<ExecSpace, Shape, Pairs> {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const auto& p = this->pairs.p;
-    index_t item = team.league_rank();
+    const index_t item = team.league_rank();
     const index_t qb = item % nqb, hk = item / nqb % p.Hk, b = item / (nqb * p.Hk);
     const index_t nq = this->pairs.seq.nq(b), rows = p.group * nq, rho0 = qb * BQ;
     if (rho0 >= rows) return;
@@ -248,12 +316,28 @@ struct TeamBackwardDq : TeamBackwardBase<ExecSpace, Shape, Pairs> {
     T acc[Shape::blocks][TM][QC * W];
     KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) KFLASH_IMPL_UNROLL for (int a = 0; a < TM; ++a)
         KFLASH_IMPL_UNROLL for (int c = 0; c < QC * W; ++c) acc[bb][a][c] = T(0);
-    for (index_t t0 = seen.begin; t0 < seen.end; t0 += BK) {
-      const int nk = seen.end - t0 < BK ? int(seen.end - t0) : BK;
-      if (this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) continue;
+    // The tiles of keys the rows see that the block mask does not hide; with rows in chunks, the next
+    // tile's K and V are loaded while the team computes the current one.
+    const auto tile_keys = [&](index_t t0) { return seen.end - t0 < BK ? int(seen.end - t0) : BK; };
+    const auto next_tile = [&](index_t t0) {
+      for (; t0 < seen.end; t0 += BK)
+        if (!this->pairs_hidden(b, hk, nq, rho0, nr, t0, tile_keys(t0))) return t0;
+      return seen.end;
+    };
+    const bool prefetch = this->chunked;
+    typename Base::template Held<BK> next{};
+    index_t t0 = next_tile(seen.begin);
+    if (prefetch && t0 < seen.end) this->load_keys(team, next, b, hk, t0, tile_keys(t0));
+    while (t0 < seen.end) {
+      const int nk = tile_keys(t0);
       team.team_barrier();  // the previous tile is no longer read
-      this->stage_keys(team, t, b, hk, t0, nk);
+      if (prefetch)
+        this->store(team, next, t.ks, t.vs);
+      else
+        this->stage_keys(team, t, b, hk, t0, nk);
       team.team_barrier();
+      const index_t t1 = next_tile(t0 + BK);
+      if (prefetch && t1 < seen.end) this->load_keys(team, next, b, hk, t1, tile_keys(t1));
       this->pair_block(team, t, b, hk, nq, mask, rho0, nr, t0, nk);
       team.team_barrier();
       KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
@@ -268,6 +352,7 @@ struct TeamBackwardDq : TeamBackwardBase<ExecSpace, Shape, Pairs> {
           }
         }
       }
+      t0 = t1;
     }
     KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
       const int id = rank + bb * nt;
@@ -303,7 +388,7 @@ struct TeamBackwardDkv : TeamBackwardBase<ExecSpace, Shape, Pairs> {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const auto& p = this->pairs.p;
-    index_t item = team.league_rank();
+    const index_t item = team.league_rank();
     const index_t kb = item % nkb, hk = item / nkb % p.Hk, b = item / (nkb * p.Hk);
     const index_t nkeys = this->pairs.seq.nk(b), t0 = kb * BK;
     if (t0 >= nkeys) return;
@@ -317,14 +402,33 @@ struct TeamBackwardDkv : TeamBackwardBase<ExecSpace, Shape, Pairs> {
     T gk[Shape::blocks][TN][KC * W], gv[Shape::blocks][TN][KC * W];
     KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) KFLASH_IMPL_UNROLL for (int c = 0; c < TN; ++c)
         KFLASH_IMPL_UNROLL for (int d = 0; d < KC * W; ++d) gk[bb][c][d] = gv[bb][c][d] = T(0);
-    for (index_t rho0 = 0; rho0 < rows; rho0 += BQ) {
-      const int nr = rows - rho0 < BQ ? int(rows - rho0) : BQ;
-      const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
-      if (seen.end <= t0 || seen.begin >= t0 + nk) continue;  // no row of the block sees these keys
-      if (this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) continue;
+    // The blocks of rows that see the keys and that the block mask does not hide; with rows in
+    // chunks, the next block's q and dout are loaded while the team computes the current one.
+    const auto block_rows = [&](index_t rho0) { return rows - rho0 < BQ ? int(rows - rho0) : BQ; };
+    const auto next_rows = [&](index_t rho0) {
+      for (; rho0 < rows; rho0 += BQ) {
+        const int nr = block_rows(rho0);
+        const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
+        if (seen.end > t0 && seen.begin < t0 + nk && !this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) return rho0;
+      }
+      return rows;
+    };
+    const bool prefetch = this->chunked;
+    typename Base::template Held<BQ> next{};
+    index_t rho0 = next_rows(0);
+    if (prefetch && rho0 < rows) this->load_rows(team, next, b, hk, nq, rho0, block_rows(rho0));
+    while (rho0 < rows) {
+      const int nr = block_rows(rho0);
       team.team_barrier();  // the previous rows are no longer read
-      this->stage_rows(team, t, b, hk, nq, rho0, nr);
+      if (prefetch) {
+        this->store(team, next, t.qs, t.dos);
+        this->stage_stats(team, t, b, hk, nq, rho0, nr);
+      } else {
+        this->stage_rows(team, t, b, hk, nq, rho0, nr);
+      }
       team.team_barrier();
+      const index_t rho1 = next_rows(rho0 + BQ);
+      if (prefetch && rho1 < rows) this->load_rows(team, next, b, hk, nq, rho1, block_rows(rho1));
       this->pair_block(team, t, b, hk, nq, mask, rho0, nr, t0, nk);
       team.team_barrier();
       KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
@@ -344,6 +448,7 @@ struct TeamBackwardDkv : TeamBackwardBase<ExecSpace, Shape, Pairs> {
           }
         }
       }
+      rho0 = rho1;
     }
     KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
       const int id = rank + bb * nt;
