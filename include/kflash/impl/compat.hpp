@@ -3,6 +3,7 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
+#include <kflash/impl/half_types.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -130,6 +131,69 @@ bool launches_from_this_thread() {
   return true;
 }
 
+}  // namespace kflash::impl
+
+// --- 16-bit storage types (GUIDE §9): Kokkos::Experimental's where this build's are 2-byte types
+// (backends with native ones: CUDA, HIP, SYCL), kflash's own (impl/half_types.hpp) where Kokkos
+// emulates them by float (host-only builds) or has none (bhalf_t before Kokkos 3.7).
+// to_float(x) and narrow<H>(f) (f rounded to nearest even) are the conversions kernels use.
+namespace kflash {
+#if defined(KOKKOS_HALF_T_IS_FLOAT) && !KOKKOS_HALF_T_IS_FLOAT
+using half_t = Kokkos::Experimental::half_t;
+#else
+using half_t = impl::Float16;
+#endif
+#if defined(KOKKOS_BHALF_T_IS_FLOAT) && !KOKKOS_BHALF_T_IS_FLOAT
+using bhalf_t = Kokkos::Experimental::bhalf_t;
+#else
+using bhalf_t = impl::Bfloat16;
+#endif
+static_assert(sizeof(half_t) == 2 && sizeof(bhalf_t) == 2, "kflash: 16-bit storage types must take 2 bytes");
+}  // namespace kflash
+
+namespace kflash::impl {
+template <class H>
+inline constexpr bool is_half_type = std::is_same<H, half_t>::value || std::is_same<H, bhalf_t>::value;
+
+/// A 16-bit value as float.
+KOKKOS_INLINE_FUNCTION float to_float(half_t x) {
+#if defined(KOKKOS_HALF_T_IS_FLOAT) && !KOKKOS_HALF_T_IS_FLOAT
+  return Kokkos::Experimental::cast_from_half<float>(x);
+#else
+  return float(x);
+#endif
+}
+KOKKOS_INLINE_FUNCTION float to_float(bhalf_t x) {
+#if defined(KOKKOS_BHALF_T_IS_FLOAT) && !KOKKOS_BHALF_T_IS_FLOAT
+  return Kokkos::Experimental::cast_from_bhalf<float>(x);
+#else
+  return float(x);
+#endif
+}
+/// f rounded to nearest even in the 16-bit type H.
+KOKKOS_INLINE_FUNCTION half_t to_half(float f) {
+#if defined(KOKKOS_HALF_T_IS_FLOAT) && !KOKKOS_HALF_T_IS_FLOAT
+  return Kokkos::Experimental::cast_to_half(f);
+#else
+  return half_t(f);
+#endif
+}
+KOKKOS_INLINE_FUNCTION bhalf_t to_bhalf(float f) {
+#if defined(KOKKOS_BHALF_T_IS_FLOAT) && !KOKKOS_BHALF_T_IS_FLOAT
+  return Kokkos::Experimental::cast_to_bhalf(f);
+#else
+  return bhalf_t(f);
+#endif
+}
+template <class H>
+KOKKOS_INLINE_FUNCTION H narrow(float f) {
+  static_assert(is_half_type<H>, "kflash: narrow<H> takes kflash::half_t or kflash::bhalf_t");
+  if constexpr (std::is_same<H, half_t>::value) {
+    return to_half(f);
+  } else {
+    return to_bhalf(f);
+  }
+}
 }  // namespace kflash::impl
 
 // Placed inside a reducer class whose non-volatile join(value_type&, const value_type&) exists:
