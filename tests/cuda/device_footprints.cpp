@@ -8,7 +8,7 @@
 // scratch at its longest row; the merge's team with its full chunk of parts.
 #include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
-#include <kflash/impl/schedule/team_attention_backward.hpp>
+#include <kflash/impl/schedule/team_backward_tiles.hpp>
 #include <kflash/impl/traits.hpp>
 
 #include <Kokkos_Core.hpp>
