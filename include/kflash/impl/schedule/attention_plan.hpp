@@ -126,6 +126,23 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
 struct BlockMask {
   Strided<bool> blocks;
   index_t rows = 1, keys = 1;
+  /// Whether every pair of the rows [rho0, rho0 + nr) of a head group with the keys [t0, t0 + nk)
+  /// is hidden (the tile is then skipped), where row rho is query row rho % nq of head
+  /// h0 + rho / nq. Every thread of a team gets the same answer.
+  KOKKOS_INLINE_FUNCTION bool hides(index_t b, index_t h0, index_t nq, index_t rho0, index_t nr, index_t t0,
+                                    index_t nk) const {
+    if (!blocks.on()) return false;
+    const index_t k0 = t0 / keys, k1 = (t0 + nk - 1) / keys;
+    index_t last_h = -1, last_qb = -1;
+    for (index_t rho = rho0; rho < rho0 + nr; ++rho) {
+      const index_t h = h0 + rho / nq, qb = (rho % nq) / rows;
+      if (h == last_h && qb == last_qb) continue;
+      last_h = h, last_qb = qb;
+      for (index_t kb = k0; kb <= k1; ++kb)
+        if (blocks(b, h, qb, kb)) return false;
+    }
+    return true;
+  }
 };
 
 /// Row r of a tile in scratch, as a function of the column.
@@ -198,12 +215,8 @@ struct AttentionKernelBase {
       w.ke = w.kb;
       return w;
     }
-    // The tiles no row of the block sees are skipped: the block's rows see the keys from where its
-    // first query row starts seeing them to where its last stops (where the block spans two heads,
-    // from query row 0 or to query row nq - 1).
-    const bool one_head = w.rho0 / w.nq == (w.rho0 + w.nrows - 1) / w.nq;
-    const KeyRange seen = w.mask.keys_of_rows(one_head ? w.rho0 % w.nq : 0,
-                                              one_head ? (w.rho0 + w.nrows - 1) % w.nq : w.nq - 1);
+    // The tiles no row of the block sees are skipped.
+    const KeyRange seen = w.mask.keys_of_group_rows(w.nq, w.rho0, w.nrows);
     if (seen.begin > w.kb) w.kb = seen.begin;
     if (seen.end < w.ke) w.ke = seen.end;
     if (w.ke < w.kb) w.ke = w.kb;
@@ -219,21 +232,9 @@ struct AttentionKernelBase {
     return Row{w.hk * p.group + rho / w.nq, rho % w.nq};
   }
 
-  /// Whether the block mask marks every pair of block w's rows with keys [t0, t0 + nk) hidden (the
-  /// tile is then skipped). Every thread of a team gets the same answer.
+  /// Whether the block mask hides every pair of block w's rows with keys [t0, t0 + nk).
   KOKKOS_INLINE_FUNCTION bool tile_hidden(const Block& w, index_t t0, index_t nk) const {
-    if (!block_mask.blocks.on()) return false;
-    const index_t k0 = t0 / block_mask.keys, k1 = (t0 + nk - 1) / block_mask.keys;
-    index_t last_h = -1, last_qb = -1;
-    for (index_t r = 0; r < w.nrows; ++r) {
-      const Row row = row_of(w, w.rho0 + r);
-      const index_t qb = row.i / block_mask.rows;
-      if (row.h == last_h && qb == last_qb) continue;
-      last_h = row.h, last_qb = qb;
-      for (index_t kb = k0; kb <= k1; ++kb)
-        if (block_mask.blocks(w.b, row.h, qb, kb)) return false;
-    }
-    return true;
+    return block_mask.hides(w.b, w.hk * p.group, w.nq, w.rho0, w.nrows, t0, nk);
   }
 
   /// The keys query row i of block w sees.

@@ -37,7 +37,7 @@ struct TeamBackwardDq : TeamBackwardBase<ExecSpace, Shape, Pairs> {
     if (rho0 >= rows) return;
     const int nr = rows - rho0 < BQ ? int(rows - rho0) : BQ;
     const KeyMask mask = this->pairs.mask_of(b);
-    const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
+    const KeyRange seen = mask.keys_of_group_rows(nq, rho0, nr);
     const Tiles t = this->tiles(team);
     this->stage_rows(team, t, b, hk, nq, rho0, nr);
 
@@ -137,7 +137,7 @@ struct TeamBackwardDkv : TeamBackwardBase<ExecSpace, Shape, Pairs> {
     const auto next_rows = [&](index_t rho0) {
       for (; rho0 < rows; rho0 += BQ) {
         const int nr = block_rows(rho0);
-        const KeyRange seen = Base::keys_of_rows(mask, nq, rho0, nr);
+        const KeyRange seen = mask.keys_of_group_rows(nq, rho0, nr);
         if (seen.end > t0 && seen.begin < t0 + nk && !this->pairs_hidden(b, hk, nq, rho0, nr, t0, nk)) return rho0;
       }
       return rows;

@@ -90,28 +90,11 @@ struct TeamBackwardBase {
   KOKKOS_INLINE_FUNCTION Row row_of(index_t hk, index_t nq, index_t rho) const {
     return Row{hk * pairs.p.group + rho / nq, rho % nq};
   }
-  /// The keys any of the rows [rho0, rho0 + nr) sees (all of a head's where they span two heads).
-  KOKKOS_INLINE_FUNCTION static KeyRange keys_of_rows(const KeyMask& mask, index_t nq, index_t rho0, index_t nr) {
-    const bool one_head = rho0 / nq == (rho0 + nr - 1) / nq;
-    return mask.keys_of_rows(one_head ? rho0 % nq : 0, one_head ? (rho0 + nr - 1) % nq : nq - 1);
-  }
-  /// Whether the block mask hides every pair of the rows [rho0, rho0 + nr) with the keys
-  /// [t0, t0 + nk) (the block pair is then skipped). The same answer in every thread of a team.
+  /// Whether the block mask hides every pair of the rows [rho0, rho0 + nr) of K/V head hk's group
+  /// with the keys [t0, t0 + nk) (the block pair is then skipped).
   KOKKOS_INLINE_FUNCTION bool pairs_hidden(index_t b, index_t hk, index_t nq, index_t rho0, index_t nr, index_t t0,
                                            index_t nk) const {
-    const BlockMask& bm = pairs.terms.block_mask;
-    if (!bm.blocks.on()) return false;
-    const index_t k0 = t0 / bm.keys, k1 = (t0 + nk - 1) / bm.keys;
-    index_t last_h = -1, last_qb = -1;
-    for (index_t r = 0; r < nr; ++r) {
-      const Row row = row_of(hk, nq, rho0 + r);
-      const index_t qb = row.i / bm.rows;
-      if (row.h == last_h && qb == last_qb) continue;
-      last_h = row.h, last_qb = qb;
-      for (index_t kb = k0; kb <= k1; ++kb)
-        if (bm.blocks(b, row.h, qb, kb)) return false;
-    }
-    return true;
+    return pairs.terms.block_mask.hides(b, hk * pairs.p.group, nq, rho0, nr, t0, nk);
   }
 
   /// Two operands' tiles of Rows rows (q and dout, or K and V) as a thread holds them between their

@@ -57,6 +57,12 @@ struct KeyMask {
     if (r.end < r.begin) r.end = r.begin;
     return r;
   }
+  /// The keys any of the rows [rho0, rho0 + nr) of a head group sees, where row rho is query row
+  /// rho % nq of the group's head rho / nq (all of a head's keys where the rows span two heads).
+  KOKKOS_INLINE_FUNCTION KeyRange keys_of_group_rows(index_t nq, index_t rho0, index_t nr) const {
+    const bool one_head = rho0 / nq == (rho0 + nr - 1) / nq;
+    return keys_of_rows(one_head ? rho0 % nq : 0, one_head ? (rho0 + nr - 1) % nq : nq - 1);
+  }
 };
 
 /// The score stage for key j of a row that sees `keys`.
