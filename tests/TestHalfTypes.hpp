@@ -64,6 +64,38 @@ inline std::uint16_t round16(float x, const Format16& f) {
   return std::uint16_t(sign | (r > inf ? inf : r));
 }
 
+/// Floats to round to 16 bits under format f: special values, every 7th value of the 16-bit lattice
+/// and its midpoint with the next, with their float neighbours, and random floats over the whole
+/// range.
+inline std::vector<float> rounding_cases(const Format16& f) {
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           HUGE_VALF,
+                           -HUGE_VALF,
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min()};
+  for (std::uint32_t b = 0; b < 0x7FFF; b += 7) {
+    const long double v = decode16(std::uint16_t(b), f), w = decode16(std::uint16_t(b + 1), f);
+    if (std::isnan(v) || std::isinf(v)) continue;
+    const float mid = float((v + (std::isinf(w) ? v : w)) / 2);  // exact: 16-bit midpoints fit a float
+    for (float x : {float(v), mid, std::nextafter(mid, 0.0f), std::nextafter(mid, HUGE_VALF)}) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  std::mt19937 gen(4242);
+  for (int n = 0; n < 200000; ++n) {
+    std::uint32_t u = gen();
+    float x;
+    std::memcpy(&x, &u, 4);
+    xs.push_back(x);
+  }
+  return xs;
+}
+
 template <class H>
 void check_half_type() {
   using mem = TEST_EXECSPACE::memory_space;
@@ -95,33 +127,8 @@ void check_half_type() {
   }
   EXPECT_EQ(wrong, 0) << "16-bit patterns widened wrongly";
 
-  // Floats rounded to 16 bits in a kernel: special values, every value and midpoint of the 16-bit
-  // lattice and their float neighbours, and random floats over the whole range.
-  std::vector<float> xs = {0.0f,
-                           -0.0f,
-                           HUGE_VALF,
-                           -HUGE_VALF,
-                           std::numeric_limits<float>::quiet_NaN(),
-                           std::numeric_limits<float>::max(),
-                           -std::numeric_limits<float>::max(),
-                           std::numeric_limits<float>::denorm_min(),
-                           std::numeric_limits<float>::min()};
-  for (std::uint32_t b = 0; b < 0x7FFF; b += 7) {
-    const long double v = decode16(std::uint16_t(b), f), w = decode16(std::uint16_t(b + 1), f);
-    if (std::isnan(v) || std::isinf(v)) continue;
-    const float mid = float((v + (std::isinf(w) ? v : w)) / 2);  // exact: 16-bit midpoints fit a float
-    for (float x : {float(v), mid, std::nextafter(mid, 0.0f), std::nextafter(mid, HUGE_VALF)}) {
-      xs.push_back(x);
-      xs.push_back(-x);
-    }
-  }
-  std::mt19937 gen(4242);
-  for (int n = 0; n < 200000; ++n) {
-    std::uint32_t u = gen();
-    float x;
-    std::memcpy(&x, &u, 4);
-    xs.push_back(x);
-  }
+  // Floats rounded to 16 bits in a kernel.
+  const std::vector<float> xs = rounding_cases(f);
   Kokkos::View<float*, mem> in("in", xs.size());
   Kokkos::View<H*, mem> out("out", xs.size());
   {
@@ -143,6 +150,50 @@ void check_half_type() {
       ADD_FAILURE() << xs[n] << " rounded to 0x" << std::hex << got << ", nearest even is 0x" << want;
   }
   EXPECT_EQ(wrong, 0) << "floats rounded wrongly, of " << xs.size();
+}
+
+/// The host kernels' vector conversions (each variant this CPU runs) against the rounding reference:
+/// every 16-bit pattern widened, the rounding cases rounded, at an odd length (vectors, then a
+/// scalar tail) and from an odd offset.
+template <class H>
+void check_host_conversions() {
+  namespace host = kflash::impl::host;
+  const Format16 f = format_of<H>();
+  const host::Storage16 storage = host::storage16_of<H>;
+  std::vector<std::uint16_t> bits(65536 + 1);
+  for (std::uint32_t b = 0; b < 65536; ++b) bits[b + 1] = std::uint16_t(b);
+  const std::vector<float> xs = rounding_cases(f);
+  for (host::Isa which : {host::Isa::baseline, host::Isa::avx2, host::Isa::avx512}) {
+    if (int(which) > int(host::isa())) continue;  // a variant this CPU (or KFLASH_HOST_ISA) rules out
+    std::vector<float> wide(65536);
+    host::widen16(which, storage, bits.data() + 1, wide.data(), 65536);
+    int wrong = 0;
+    for (std::uint32_t b = 0; b < 65536; ++b) {
+      const long double ref = decode16(std::uint16_t(b), f);
+      const bool ok = std::isnan(ref) ? std::isnan(wide[b])
+                                      : (long double)wide[b] == ref && std::signbit(wide[b]) == std::signbit(ref);
+      if (!ok && ++wrong <= 5) ADD_FAILURE() << host::isa_name(which) << ": bits 0x" << std::hex << b;
+    }
+    EXPECT_EQ(wrong, 0) << host::isa_name(which) << ": 16-bit patterns widened wrongly";
+    std::vector<std::uint16_t> narrow(xs.size());
+    host::narrow16(which, storage, xs.data() + 1, narrow.data(), kflash::impl::index_t(xs.size() - 1));
+    wrong = 0;
+    for (std::size_t n = 1; n < xs.size(); ++n) {
+      const std::uint16_t got = narrow[n - 1], want = round16(xs[n], f);
+      const std::uint16_t own = std::is_same<H, kflash::half_t>::value ? kflash::impl::Float16::from_float(xs[n])
+                                                                       : kflash::impl::Bfloat16::from_float(xs[n]);
+      const bool ok = got == own && (std::isnan(xs[n]) ? std::isnan(decode16(got, f)) : got == want);
+      if (!ok && ++wrong <= 5)
+        ADD_FAILURE() << host::isa_name(which) << ": " << xs[n] << " rounded to 0x" << std::hex << got
+                      << ", nearest even is 0x" << want;
+    }
+    EXPECT_EQ(wrong, 0) << host::isa_name(which) << ": floats rounded wrongly, of " << xs.size() - 1;
+  }
+}
+
+TEST(TEST_CATEGORY, HalfTypesHostKernelConversions) {
+  check_host_conversions<kflash::half_t>();
+  check_host_conversions<kflash::bhalf_t>();
 }
 
 TEST(TEST_CATEGORY, HalfTypesWidenAndRoundToNearestEven) {

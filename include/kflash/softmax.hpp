@@ -12,8 +12,8 @@ namespace impl {
 
 template <RowOp Op, class ExecSpace, class XView, class YView>
 void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
-  static_check_view<ExecSpace, XView, false>();
-  static_check_view<ExecSpace, YView, true>();
+  static_check_view<ExecSpace, XView, false, true>();
+  static_check_view<ExecSpace, YView, true, true>();
   static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename YView::value_type>::value,
                 "kflash: x and y must have the same value type");
   const char* fn = row_op_name(Op);
@@ -29,8 +29,10 @@ void softmax_rows(const ExecSpace& exec, const XView& x, const YView& y) {
 }  // namespace impl
 
 /// y = softmax(x): over all elements of a rank-1 View, or over the last extent of each row of a
-/// rank-2 View. Any layout; x and y may be the same View (in place). Runs on `exec`; like any Kokkos
-/// kernel it may return before it completes (fence `exec` before reading y on the host).
+/// rank-2 View. Any layout; x and y may be the same View (in place). Value types float, double, or
+/// 16-bit storage (kflash::bhalf_t, kflash::half_t: computed in float, each output rounded once).
+/// Runs on `exec`; like any Kokkos kernel it may return before it completes (fence `exec` before
+/// reading y on the host).
 template <class ExecSpace, class XView, class YView>
 void softmax(const ExecSpace& exec, const XView& x, const YView& y) {
   impl::softmax_rows<impl::RowOp::softmax>(exec, x, y);
@@ -43,13 +45,16 @@ void log_softmax(const ExecSpace& exec, const XView& x, const YView& y) {
 }
 
 /// out = log(sum exp(x)): rank-1 x gives a rank-0 out; rank-2 x gives a rank-1 out, one value per row.
+/// out has x's value type, or float where x is 16-bit.
 template <class ExecSpace, class XView, class OutView>
 void logsumexp(const ExecSpace& exec, const XView& x, const OutView& out) {
   using namespace impl;
-  static_check_view<ExecSpace, XView, false>();
-  static_check_view<ExecSpace, OutView, true>();
-  static_assert(std::is_same<std::remove_cv_t<typename XView::value_type>, typename OutView::value_type>::value,
-                "kflash: x and out must have the same value type");
+  static_check_view<ExecSpace, XView, false, true>();
+  static_check_view<ExecSpace, OutView, true, true>();
+  using XS = std::remove_cv_t<typename XView::value_type>;
+  using OutS = typename OutView::value_type;
+  static_assert(std::is_same<XS, OutS>::value || (is_half_type<XS> && std::is_same<OutS, float>::value),
+                "kflash: out must have x's value type (or float, where x is 16-bit)");
   constexpr int xr = view_rank<XView>;
   constexpr int outr = view_rank<OutView>;
   const CallScope<ExecSpace> call("logsumexp");

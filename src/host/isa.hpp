@@ -4,6 +4,7 @@
 
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
 #define KFLASH_IMPL_X86_VARIANTS 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)

@@ -2,6 +2,7 @@
 // namespace (the same template bodies, inlined whole by `flatten` under the set's target
 // attribute), and the dispatch to the variant in use.
 #include "attention_tile.hpp"
+#include "half_rows.hpp"
 #include "isa.hpp"
 #include "row_grads.hpp"
 #include "row_passes.hpp"
@@ -58,6 +59,20 @@ namespace kflash::impl::host {
     internal::write_grad<double, vector_bytes>(op, a, b, dx, n, s, stream);                                   \
   }                                                                                                           \
   attributes void run_rows(const RowBlock<double>& b) { internal::run_rows<double, vector_bytes>(b); }        \
+  attributes void widen16(Storage16 f, const std::uint16_t* x, float* y, index_t n) {                         \
+    internal::widen16<vector_bytes>(f, x, y, n);                                                              \
+  }                                                                                                           \
+  attributes void narrow16(Storage16 f, const float* x, std::uint16_t* y, index_t n) {                        \
+    internal::narrow16<vector_bytes>(f, x, y, n);                                                             \
+  }                                                                                                           \
+  attributes SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) {                \
+    return internal::row_state16<vector_bytes>(f, x, n);                                                      \
+  }                                                                                                           \
+  attributes void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,     \
+                              const SoftmaxNormalizer<float>& norm) {                                         \
+    internal::write_row16<vector_bytes>(f, op, x, y, n, norm);                                                \
+  }                                                                                                           \
+  attributes void run_rows16(const RowBlock16& b) { internal::run_rows16<vector_bytes>(b); }                  \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
     internal::attention_tile<float, vector_bytes>(t);                                                         \
   }                                                                                                           \
@@ -76,8 +91,8 @@ namespace kflash::impl::host {
 
 KFLASH_IMPL_VARIANT(baseline, KFLASH_IMPL_FLATTEN, 16)
 #ifdef KFLASH_IMPL_X86_VARIANTS
-KFLASH_IMPL_VARIANT(avx2, __attribute__((target("avx2,fma"), flatten)), 32)
-KFLASH_IMPL_VARIANT(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), flatten)), 64)
+KFLASH_IMPL_VARIANT(avx2, __attribute__((target("avx2,fma,f16c"), flatten)), 32)
+KFLASH_IMPL_VARIANT(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,f16c"), flatten)), 64)
 #endif
 #undef KFLASH_IMPL_VARIANT
 
@@ -87,7 +102,9 @@ Isa detect_isa() {
   Isa best = Isa::baseline;
 #ifdef KFLASH_IMPL_X86_VARIANTS
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::avx2;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // F16C: CPUID leaf 1, ECX (a name clang 14's builtin lacks)
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) best = Isa::avx2;
   if (best == Isa::avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
     best = Isa::avx512;
@@ -168,6 +185,20 @@ void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t 
   KFLASH_IMPL_DISPATCH(isa(), write_grad(op, a, b, dx, n, s, stream))
 }
 void run_rows(const RowBlock<double>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
+void widen16(Isa which, Storage16 f, const std::uint16_t* x, float* y, index_t n) {
+  KFLASH_IMPL_DISPATCH(which, widen16(f, x, y, n))
+}
+void narrow16(Isa which, Storage16 f, const float* x, std::uint16_t* y, index_t n) {
+  KFLASH_IMPL_DISPATCH(which, narrow16(f, x, y, n))
+}
+SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) {
+  KFLASH_IMPL_DISPATCH(isa(), row_state16(f, x, n))
+}
+void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
+                 const SoftmaxNormalizer<float>& norm) {
+  KFLASH_IMPL_DISPATCH(isa(), write_row16(f, op, x, y, n, norm))
+}
+void run_rows16(const RowBlock16& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows16(block)) }
 void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(const AttentionTile<float>& tile) { attention_tile(isa(), tile); }

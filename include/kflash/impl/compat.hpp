@@ -194,6 +194,41 @@ KOKKOS_INLINE_FUNCTION H narrow(float f) {
     return to_bhalf(f);
   }
 }
+
+/// The type a stored element is computed in: float for 16-bit storage, the type itself otherwise.
+template <class S>
+struct Arithmetic {
+  using type = S;
+};
+template <>
+struct Arithmetic<half_t> {
+  using type = float;
+};
+template <>
+struct Arithmetic<bhalf_t> {
+  using type = float;
+};
+template <class S>
+using arith_t = typename Arithmetic<std::remove_cv_t<S>>::type;
+
+/// A stored element in its arithmetic type.
+template <class S>
+KOKKOS_INLINE_FUNCTION arith_t<S> widen(S x) {
+  if constexpr (is_half_type<std::remove_cv_t<S>>) {
+    return to_float(x);
+  } else {
+    return x;
+  }
+}
+/// A computed value x stored as S: rounded once, to nearest even, where S is a 16-bit type.
+template <class S, class T>
+KOKKOS_INLINE_FUNCTION S store_as(T x) {
+  if constexpr (is_half_type<S>) {
+    return narrow<S>(float(x));
+  } else {
+    return S(x);
+  }
+}
 }  // namespace kflash::impl
 
 // Placed inside a reducer class whose non-volatile join(value_type&, const value_type&) exists:

@@ -161,15 +161,21 @@ void require_same_or_disjoint(const char* function, const char* x_name, const X&
   }
 }
 
-/// Compile-time checks every View argument goes through.
-template <class ExecSpace, class View, bool Writable>
+/// Compile-time checks every View argument goes through. Takes16: the call also takes 16-bit
+/// storage (kflash::bhalf_t, kflash::half_t).
+template <class ExecSpace, class View, bool Writable, bool Takes16 = false>
 constexpr void static_check_view() {
   static_assert(Kokkos::is_execution_space<ExecSpace>::value,
                 "kflash: the first argument must be a Kokkos execution space instance");
   static_assert(Kokkos::is_view<View>::value, "kflash: arguments must be Kokkos::View");
   using value_type = typename View::value_type;
-  static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value,
-                "kflash: View value type must be float or double");
+  static_assert(Takes16 || !is_half_type<std::remove_cv_t<value_type>>,
+                "kflash: this call takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) "
+                "are taken by softmax, log_softmax and logsumexp so far");
+  static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value ||
+                    (Takes16 && is_half_type<std::remove_cv_t<value_type>>),
+                "kflash: View value type must be float or double (or kflash::bhalf_t, kflash::half_t where the "
+                "call takes 16-bit storage)");
   static_assert(!Writable || !std::is_const<value_type>::value,
                 "kflash: an output View must not have a const value type");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename View::memory_space>::accessible,

@@ -8,6 +8,9 @@
 #include <kflash/impl/tile/logit_stats.hpp>
 #include <kflash/impl/traits.hpp>
 
+#include <cstdint>
+#include <type_traits>
+
 namespace kflash::impl::host {
 
 /// Instruction sets the host kernels are built for.
@@ -47,6 +50,53 @@ void run_logit_rows(const LogitBlock<double>& block);
 void write_row(RowOp op, const float* x, float* y, index_t n, const SoftmaxNormalizer<float>& norm, bool stream);
 void write_row(RowOp op, const double* x, double* y, index_t n, const SoftmaxNormalizer<double>& norm,
                bool stream);
+
+/// The 16-bit storage formats, by their bits: kflash::bhalf_t and kflash::half_t (either
+/// implementation: both are the bare 2-byte formats).
+enum class Storage16 { bf16, fp16 };
+template <class H>
+inline constexpr Storage16 storage16_of = std::is_same<H, half_t>::value ? Storage16::fp16 : Storage16::bf16;
+
+/// y[0, n) = x[0, n) widened to float; x[0, n) rounded to 16 bits, to nearest even (NaN stays NaN),
+/// through the variant `which`.
+void widen16(Isa which, Storage16 f, const std::uint16_t* x, float* y, index_t n);
+void narrow16(Isa which, Storage16 f, const float* x, std::uint16_t* y, index_t n);
+
+/// row_state and write_row on 16-bit rows, by blocks widened to float in the cache; each output is
+/// rounded once (no non-temporal stores).
+SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n);
+void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
+                 const SoftmaxNormalizer<float>& norm);
+/// Whole 16-bit rows of `format`, as RowBlock: row r of x at x + r * ldx, cols elements each,
+/// contiguous; softmax and log_softmax write row r of y at y + r * ldy (y may be x); logsumexp
+/// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. Rows that fit the
+/// buffer (buffer_elements floats; none: HostTraits::widened_block on the stack) are widened into
+/// it whole, several at a time, and go through run_rows' passes; longer rows block by block, twice.
+struct RowBlock16 {
+  Storage16 format;
+  RowOp op;
+  const std::uint16_t* x;
+  index_t ldx;
+  std::uint16_t* y;
+  index_t ldy;
+  float* out;
+  std::uint16_t* out16;
+  index_t ldout;
+  index_t rows, cols;
+  float* buffer = nullptr;
+  index_t buffer_elements = 0;
+};
+void run_rows16(const RowBlock16& block);
+
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+SoftmaxState<float> row_state(const H* x, index_t n) {
+  return row_state16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), n);
+}
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+void write_row(RowOp op, const H* x, H* y, index_t n, const SoftmaxNormalizer<float>& norm, bool /*stream*/) {
+  write_row16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(y), n,
+              norm);
+}
 
 /// y[0, n) = scale * exp(x - shift) - offset for a chunk x[0, n) of a row whose x - shift <= 0
 /// (cross-entropy's gradient: shift = lse, scale and offset CrossEntropyGrad's weight and smooth).

@@ -26,6 +26,8 @@ struct RowKernel {
   using reducer_type = OnlineSoftmax<T, Kokkos::AnonymousSpace>;
   using Lanes = typename Traits::template tile_lanes<T, member_type>;
 
+  using YS = typename decltype(YRows::v)::non_const_value_type;  // y's stored type (16-bit: T rounded)
+
   XRows x;
   YRows y;  // for logsumexp: the output rows (rank 0 or 1 View seen as y(r, 0))
   Workspace ws;
@@ -56,7 +58,7 @@ struct RowKernel {
           [&](index_t t, state_type& acc) {
             const index_t tb = begin + t * tile;
             const index_t te = tb + tile < end ? tb + tile : end;
-            acc.merge(lanes.tile_state(tb, te, [&](index_t i) { return x(r, i); }, NoStore<T>{}));
+            acc.merge(lanes.tile_state(tb, te, [&](index_t i) { return widen(x(r, i)); }, NoStore<T>{}));
           },
           reducer_type(s));
     }
@@ -64,14 +66,14 @@ struct RowKernel {
     if (phase == RowPhase::partial) {
       Kokkos::single(Kokkos::PerTeam(team), [&]() { ws(r, c) = s; });
     } else if constexpr (Op == RowOp::logsumexp) {
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { y(r, 0) = s.logsumexp(); });
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { y(r, 0) = store_as<YS>(s.logsumexp()); });
     } else {
       const SoftmaxNormalizer<T> n(s, Op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, begin, end), [&](index_t i) {
         if constexpr (Op == RowOp::softmax) {
-          y(r, i) = n.prob(x(r, i));
+          y(r, i) = store_as<YS>(n.prob(widen(x(r, i))));
         } else {
-          y(r, i) = n.log_prob(x(r, i));
+          y(r, i) = store_as<YS>(n.log_prob(widen(x(r, i))));
         }
       });
     }
@@ -98,7 +100,7 @@ void run_split_rows(const ExecSpace& exec, const RowPlan& plan, const std::strin
 template <RowOp Op, class Traits, class ExecSpace, class XRows, class YRows>
 void run_row_kernel(const ExecSpace& exec, const XRows& x, const YRows& y, const RowPlan& plan,
                     const std::string& label) {
-  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using T = arith_t<typename decltype(x.v)::value_type>;
   using memory_space = typename ExecSpace::memory_space;
   using Workspace = Kokkos::View<SoftmaxState<T>**, memory_space, Kokkos::MemoryUnmanaged>;
   using Kernel = RowKernel<ExecSpace, Traits, XRows, YRows, Workspace, Op>;

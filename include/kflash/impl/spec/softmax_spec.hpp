@@ -21,14 +21,19 @@ inline const char* row_op_name(RowOp op) {
   }
 }
 
+/// 16-bit rows (stored as kflash::bhalf_t or half_t, computed in float) take the host kernels where
+/// the space has them, else the portable row kernel (the device team schedules read 16-byte chunks
+/// of float or double only).
 template <RowOp Op, class ExecSpace, class XRows, class YRows>
 void dispatch_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
-  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using S = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using T = arith_t<S>;
+  using YS = typename decltype(y.v)::non_const_value_type;
   using Traits = ScheduleTraits<ExecSpace>;
   RowPlan plan = plan_rows<T, Traits>(exec, x.rows(), x.cols());
   if (plan.rows == 0) return;
   if (x.cols() == 0) {  // nothing to read (x may lie in no memory); an empty row's logsumexp is -inf
-    if constexpr (Op == RowOp::logsumexp) Kokkos::deep_copy(exec, y.v, -infinity<T>());
+    if constexpr (Op == RowOp::logsumexp) Kokkos::deep_copy(exec, y.v, store_as<YS>(-infinity<T>()));
     return;
   }
   const std::string label = std::string("kflash::") + row_op_name(Op);
@@ -40,7 +45,7 @@ void dispatch_rows(const ExecSpace& exec, const XRows& x, const YRows& y) {
       return;
     }
     plan.rows_per_item = 1;  // the portable kernel takes one row (or chunk) per team
-  } else {
+  } else if constexpr (!is_half_type<S>) {
     if (run_team_rows<Op, Traits, Traits::template team_regs<T>>(exec, x, y, plan, label)) return;
   }
   run_row_kernel<Op, Traits>(exec, x, y, plan, label);

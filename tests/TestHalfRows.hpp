@@ -1,0 +1,162 @@
+// softmax, log_softmax and logsumexp on 16-bit Views (kflash::bhalf_t, kflash::half_t) on
+// TEST_EXECSPACE, against a long-double reference on the same 16-bit inputs (GUIDE §9: computed in
+// float, each output rounded once to nearest even).
+#pragma once
+
+#include <TestCommon.hpp>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kflash_test {
+
+/// The 16-bit type's mantissa bits and its smallest positive value (the spacing of its subnormals).
+template <class H>
+struct Half16 {
+  static constexpr int mantissa = std::is_same<H, kflash::half_t>::value ? 10 : 7;
+  static ld tiny() { return std::is_same<H, kflash::half_t>::value ? std::ldexp(1.0L, -24) : std::ldexp(1.0L, -133); }
+  /// One unit in the last place of any value of magnitude up to |v|, at least the subnormal spacing.
+  static ld ulp(ld v) { return std::ldexp(std::fabs(v), -mantissa) + tiny(); }
+  static const char* name() { return std::is_same<H, kflash::half_t>::value ? "half_t" : "bhalf_t"; }
+};
+
+template <class H>
+ld wide(H h) {
+  return ld(kflash::impl::to_float(h));
+}
+
+template <class H>
+std::vector<H> halves(const std::vector<float>& v) {
+  std::vector<H> out;
+  for (float f : v) out.push_back(kflash::impl::narrow<H>(f));
+  return out;
+}
+
+/// Checks one row's 16-bit outputs y against the reference of its 16-bit inputs x: within one unit
+/// in the last place of the 16-bit result plus the float computation's error (expect_row_matches'
+/// bounds at float's epsilon); masked elements and special rows exactly as the contract says.
+template <class H>
+void expect_half_row(const H* x, const H* y, std::size_t n, bool log_space, const std::string& where) {
+  std::vector<ld> xs(n);
+  for (std::size_t i = 0; i < n; ++i) xs[i] = wide(x[i]);
+  const RefRow r = reference_row(xs.data(), n);
+  const bool nan_row = r.nan || r.max == inf<ld>;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ld xi = xs[i], yi = wide(y[i]);
+    if (nan_row) {
+      ASSERT_TRUE(std::isnan(yi)) << where << " element " << i << ": expected NaN, got " << yi;
+      continue;
+    }
+    if (r.max == -inf<ld> || xi == -inf<ld>) {  // a masked element, or a fully masked row
+      ASSERT_EQ(yi, log_space ? -inf<ld> : 0) << where << " element " << i;
+      continue;
+    }
+    const ld d = xi - r.max, ref = log_space ? d - std::log(r.l) : std::exp(d) / r.l;
+    const ld fp32 = log_space ? 16 * eps<float> * (1 + std::fabs(d) + std::fabs(std::log(r.l)) + std::fabs(ref))
+                              : 16 * eps<float> * (1 + std::fabs(d)) * ref;
+    if (std::isinf(wide(kflash::impl::narrow<H>(float(ref))))) {  // beyond the 16-bit range: rounds to inf
+      ASSERT_EQ(yi, ref < 0 ? -inf<ld> : inf<ld>) << where << " element " << i << " ref=" << ref;
+      continue;
+    }
+    const ld tol = Half16<H>::ulp(ref) + fp32;
+    ASSERT_LE(std::fabs(yi - ref), tol) << where << " element " << i << " x=" << xi << " y=" << yi << " ref=" << ref;
+  }
+}
+
+/// softmax, log_softmax (out of place and in place) and logsumexp (16-bit and float outputs) of a
+/// rows x cols matrix of layout L holding `host`.
+template <class H, class L>
+void check_half_matrix(std::size_t rows, std::size_t cols, const std::vector<H>& host, const std::string& what) {
+  using Exec = TEST_EXECSPACE;
+  using Mem = Exec::memory_space;
+  const std::string where = what + " " + Half16<H>::name() + " " + std::to_string(rows) + "x" +
+                            std::to_string(cols) + " " + typeid(L).name();
+  const auto x = make_matrix<H, L, Exec>(rows, cols, host);
+  for (bool in_place : {false, true}) {
+    for (bool log_space : {false, true}) {
+      const std::vector<H> sevens(rows * cols, kflash::impl::narrow<H>(7.0f));
+      const auto y = make_matrix<H, L, Exec>(rows, cols, in_place ? host : sevens);
+      if (log_space) kflash::log_softmax(Exec(), in_place ? y : x, y);
+      else kflash::softmax(Exec(), in_place ? y : x, y);
+      const auto out = to_host_row_major(y);
+      for (std::size_t r = 0; r < rows; ++r) {
+        expect_half_row(host.data() + r * cols, out.data() + r * cols, cols, log_space,
+                        where + (log_space ? " log_softmax" : " softmax") + (in_place ? " in place" : "") + " row " +
+                            std::to_string(r));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+  Kokkos::View<H*, Mem> lse16("lse16", rows);
+  Kokkos::View<float*, Mem> lse32("lse32", rows);
+  kflash::logsumexp(Exec(), x, lse16);
+  kflash::logsumexp(Exec(), x, lse32);
+  const auto got16 = to_host(lse16);
+  const auto got32 = to_host(lse32);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<ld> xs(cols);
+    for (std::size_t c = 0; c < cols; ++c) xs[c] = wide(host[r * cols + c]);
+    const RefRow ref = reference_row(xs.data(), cols);
+    const std::string row = where + " logsumexp row " + std::to_string(r);
+    expect_lse_matches(ref, got32[r], 8 * eps<float>, row + " (float out)");
+    const ld lse = ref.lse(), g = wide(got16[r]);
+    if (std::isnan(lse) || std::isinf(lse)) {
+      EXPECT_TRUE(std::isnan(lse) ? std::isnan(g) : g == lse) << row << ": got " << g << " ref " << lse;
+    } else {
+      EXPECT_LE(std::fabs(g - lse), Half16<H>::ulp(lse) + 8 * eps<float> * (1 + std::fabs(lse)))
+          << row << " (16-bit out): got " << g << " ref " << lse;
+    }
+  }
+}
+
+template <class H>
+void check_half_rows() {
+  // On the host kernels: short rows and rows of up to two tiles (several at a time through a buffer
+  // on the stack), longer rows (whole through a buffer in team scratch, or block by block beyond
+  // 128 Ki elements), rows split into chunks (few rows of many columns, and the rank-1 row below);
+  // every layout; values spread so that outputs cover many binades.
+  check_half_matrix<H, Kokkos::LayoutRight>(1, 1, halves<H>({0.5f}), "single");
+  check_half_matrix<H, Kokkos::LayoutRight>(37, 19, halves<H>(normal_values<float>(37 * 19, 11, 3.0)), "short");
+  check_half_matrix<H, Kokkos::LayoutRight>(40, 700, halves<H>(normal_values<float>(40 * 700, 16, 3.0)), "grouped");
+  check_half_matrix<H, Kokkos::LayoutRight>(40, 2500, halves<H>(normal_values<float>(40 * 2500, 17, 3.0)), "wide");
+  check_half_matrix<H, Kokkos::LayoutLeft>(9, 300, halves<H>(normal_values<float>(9 * 300, 12, 4.0)), "left");
+  check_half_matrix<H, Kokkos::LayoutStride>(5, 130, halves<H>(normal_values<float>(5 * 130, 13, 2.0)), "strided");
+  check_half_matrix<H, Kokkos::LayoutRight>(2, 50000, halves<H>(normal_values<float>(2 * 50000, 14, 5.0)), "long");
+  check_half_matrix<H, Kokkos::LayoutRight>(8, 140000, halves<H>(normal_values<float>(8 * 140000, 18, 5.0)),
+                                            "longer than a buffer");
+
+  // Special rows: masked elements, a fully masked row, a NaN, +inf (NaN row), and values whose
+  // float exponentials would overflow without the max shift.
+  const float i = HUGE_VALF, q = std::numeric_limits<float>::quiet_NaN();
+  const float big = std::is_same<H, kflash::half_t>::value ? 60000.0f : 1e30f;
+  check_half_matrix<H, Kokkos::LayoutRight>(5, 4,
+                                            halves<H>({-i, 1.0f, 2.0f, -i,  //
+                                                       -i, -i, -i, -i,      //
+                                                       1.0f, q, 3.0f, 0.0f, //
+                                                       0.0f, i, 1.0f, 2.0f, //
+                                                       big, big, -big, 0.0f}),
+                                            "special");
+
+  // A rank-1 View is one row (split into chunks for several threads).
+  using Exec = TEST_EXECSPACE;
+  const std::vector<H> host = halves<H>(normal_values<float>(140001, 15, 2.0));
+  const auto x = make_vector<H, Exec>(host);
+  Kokkos::View<H*, Exec::memory_space> y("y", host.size());
+  kflash::softmax(Exec(), x, y);
+  expect_half_row(host.data(), to_host(y).data(), host.size(), false, std::string("rank 1 ") + Half16<H>::name());
+  Kokkos::View<float, Exec::memory_space> lse("lse");
+  kflash::logsumexp(Exec(), x, lse);
+  float got;
+  Kokkos::deep_copy(got, lse);
+  std::vector<ld> xs;
+  for (H h : host) xs.push_back(wide(h));
+  expect_lse_matches(reference_row(xs.data(), xs.size()), got, 8 * eps<float>, "rank 1 logsumexp");
+}
+
+TEST(TEST_CATEGORY, HalfRowsSoftmaxLogSoftmaxLogsumexp) {
+  check_half_rows<kflash::bhalf_t>();
+  check_half_rows<kflash::half_t>();
+}
+
+}  // namespace kflash_test
