@@ -45,9 +45,10 @@ auto rows_view(T* p, std::int64_t rows, std::int64_t cols, std::int64_t row_stri
   return View(p, Kokkos::LayoutStride(std::size_t(rows), std::size_t(stride), std::size_t(cols), 1));
 }
 
-template <kflash::impl::RowOp Op, class T>
+/// Y: y's element type (logsumexp: out's, float for 16-bit rows; otherwise T).
+template <kflash::impl::RowOp Op, class T, class Y>
 kflash_status row_call(const char* function, kflash_memory memory, std::int64_t rows, std::int64_t cols, const T* x,
-                       std::int64_t x_row_stride, T* y, std::int64_t y_row_stride) {
+                       std::int64_t x_row_stride, Y* y, std::int64_t y_row_stride) {
   return guarded(function, [&] {
     check_memory(function, memory);
     check_extents(function, rows, cols);
@@ -62,7 +63,7 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
       using Exec = std::decay_t<decltype(exec)>;
       const auto xv = rows_view<Exec>(x, rows, cols, x_row_stride);
       if constexpr (Op == kflash::impl::RowOp::logsumexp) {
-        const Kokkos::View<T*, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> out(
+        const Kokkos::View<Y*, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> out(
             y, std::size_t(rows));
         kflash::logsumexp(exec, xv, out);
       } else if constexpr (Op == kflash::impl::RowOp::softmax) {
@@ -276,25 +277,31 @@ const char* kflash_version(void) { return KFLASH_VERSION_STRING; }
 const char* kflash_backends(void) { return KFLASH_BACKENDS; }
 int kflash_has_device(void) { return KFLASH_HAS_CUDA; }
 
-#define KFLASH_IMPL_ROW_CALLS(suffix, T)                                                                              \
-  kflash_status kflash_softmax_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* x,                \
-                                        int64_t x_row_stride, T* y, int64_t y_row_stride) {                          \
-    return row_call<kflash::impl::RowOp::softmax>("kflash_softmax_" #suffix, memory, rows, cols, x, x_row_stride, y, \
-                                                  y_row_stride);                                                     \
+// C: the C element type; T: the C++ one it holds (16-bit rows: kflash::bhalf_t or half_t, by their
+// bits); Out: logsumexp's output type.
+#define KFLASH_IMPL_ROW_CALLS(suffix, C, T, Out)                                                                     \
+  kflash_status kflash_softmax_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* x,                \
+                                        int64_t x_row_stride, C* y, int64_t y_row_stride) {                          \
+    return row_call<kflash::impl::RowOp::softmax>("kflash_softmax_" #suffix, memory, rows, cols,                    \
+                                                  reinterpret_cast<const T*>(x), x_row_stride,                       \
+                                                  reinterpret_cast<T*>(y), y_row_stride);                            \
   }                                                                                                                  \
-  kflash_status kflash_log_softmax_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* x,            \
-                                            int64_t x_row_stride, T* y, int64_t y_row_stride) {                      \
-    return row_call<kflash::impl::RowOp::log_softmax>("kflash_log_softmax_" #suffix, memory, rows, cols, x,         \
-                                                      x_row_stride, y, y_row_stride);                                \
+  kflash_status kflash_log_softmax_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* x,            \
+                                            int64_t x_row_stride, C* y, int64_t y_row_stride) {                      \
+    return row_call<kflash::impl::RowOp::log_softmax>("kflash_log_softmax_" #suffix, memory, rows, cols,            \
+                                                      reinterpret_cast<const T*>(x), x_row_stride,                   \
+                                                      reinterpret_cast<T*>(y), y_row_stride);                        \
   }                                                                                                                  \
-  kflash_status kflash_logsumexp_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* x,              \
-                                          int64_t x_row_stride, T* out) {                                            \
-    return row_call<kflash::impl::RowOp::logsumexp>("kflash_logsumexp_" #suffix, memory, rows, cols, x,             \
-                                                    x_row_stride, out, 0);                                           \
+  kflash_status kflash_logsumexp_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* x,              \
+                                          int64_t x_row_stride, Out* out) {                                          \
+    return row_call<kflash::impl::RowOp::logsumexp>("kflash_logsumexp_" #suffix, memory, rows, cols,                \
+                                                    reinterpret_cast<const T*>(x), x_row_stride, out, 0);            \
   }
 
-KFLASH_IMPL_ROW_CALLS(f32, float)
-KFLASH_IMPL_ROW_CALLS(f64, double)
+KFLASH_IMPL_ROW_CALLS(f32, float, float, float)
+KFLASH_IMPL_ROW_CALLS(f64, double, double, double)
+KFLASH_IMPL_ROW_CALLS(bf16, uint16_t, kflash::bhalf_t, float)
+KFLASH_IMPL_ROW_CALLS(f16, uint16_t, kflash::half_t, float)
 #undef KFLASH_IMPL_ROW_CALLS
 
 #define KFLASH_IMPL_ROW_GRAD_CALLS(suffix, T)                                                                          \

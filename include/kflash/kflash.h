@@ -71,6 +71,20 @@ kflash_status kflash_logsumexp_f32(kflash_memory memory, int64_t rows, int64_t c
                                    int64_t x_row_stride, float* out);
 kflash_status kflash_logsumexp_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* x,
                                    int64_t x_row_stride, double* out);
+/* The same on 16-bit rows, given by their bits: bf16 (bfloat16) or f16 (IEEE binary16). Computed in
+ * float, each output rounded once to nearest even; logsumexp's out is float. */
+kflash_status kflash_softmax_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                  int64_t x_row_stride, uint16_t* y, int64_t y_row_stride);
+kflash_status kflash_softmax_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                 int64_t x_row_stride, uint16_t* y, int64_t y_row_stride);
+kflash_status kflash_log_softmax_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                      int64_t x_row_stride, uint16_t* y, int64_t y_row_stride);
+kflash_status kflash_log_softmax_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                     int64_t x_row_stride, uint16_t* y, int64_t y_row_stride);
+kflash_status kflash_logsumexp_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                    int64_t x_row_stride, float* out);
+kflash_status kflash_logsumexp_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                   int64_t x_row_stride, float* out);
 
 /* The gradients (rows as above): dx from softmax's or log_softmax's output y and the upstream dy
  * (dx may be dy, with the same stride: in place); logsumexp's from x, lse[rows] as the forward wrote

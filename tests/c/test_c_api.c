@@ -53,6 +53,70 @@ static void softmax_f32(void) {
   free(x), free(y), free(lse), free(row);
 }
 
+/* A 16-bit value's bits as a double: bf16 (8-bit exponent, 7-bit mantissa) or f16 (5, 10). */
+static double decode16(uint16_t bits, int f16) {
+  const int mant = f16 ? 10 : 7, bias = f16 ? 15 : 127, emax = f16 ? 31 : 255;
+  const int e = (bits & 0x7FFF) >> mant, m = bits & ((1 << mant) - 1);
+  const double sign = bits & 0x8000 ? -1.0 : 1.0;
+  if (e == emax) return m ? NAN : sign * INFINITY;
+  if (e == 0) return sign * ldexp(m, 1 - bias - mant);
+  return sign * ldexp((1 << mant) + m, e - bias - mant);
+}
+
+/* softmax and log_softmax of 16-bit rows (bf16 and f16, 40 rows x 1500 with padded rows, random
+ * bit patterns of magnitudes 1/32 to 16), logsumexp into float: each output within one unit in the
+ * last place of its 16-bit value (at least the smallest subnormal) plus float's error (as the f32
+ * tests'); the padding untouched. */
+static void rows_16_bit(int f16) {
+  const long rows = 40, cols = 1500, ld = 1504;
+  const int mant = f16 ? 10 : 7, bias = f16 ? 15 : 127;
+  uint16_t* x = malloc(sizeof(uint16_t) * rows * ld);
+  uint16_t* y = malloc(sizeof(uint16_t) * rows * ld);
+  float* lse = malloc(sizeof(float) * rows);
+  double* row = malloc(sizeof(double) * cols);
+  for (long i = 0; i < rows * ld; ++i) {
+    const int e = bias - 5 + (int)uniform(0, 9); /* 2^-5 .. 2^4 */
+    const int sign = uniform(0, 1) < 0.5 ? 0x8000 : 0, m = (int)uniform(0, 1 << mant) & ((1 << mant) - 1);
+    x[i] = (uint16_t)(sign | (e << mant) | m);
+    y[i] = 0x7E00;
+  }
+  const char* name = f16 ? "f16" : "bf16";
+  for (int log_space = 0; log_space < 2; ++log_space) {
+    kflash_status st;
+    if (f16) st = log_space ? kflash_log_softmax_f16(KFLASH_MEMORY_HOST, rows, cols, x, ld, y, ld)
+                            : kflash_softmax_f16(KFLASH_MEMORY_HOST, rows, cols, x, ld, y, ld);
+    else st = log_space ? kflash_log_softmax_bf16(KFLASH_MEMORY_HOST, rows, cols, x, ld, y, ld)
+                        : kflash_softmax_bf16(KFLASH_MEMORY_HOST, rows, cols, x, ld, y, ld);
+    CHECK(st == KFLASH_SUCCESS, "%s", kflash_last_error());
+    CHECK((f16 ? kflash_logsumexp_f16 : kflash_logsumexp_bf16)(KFLASH_MEMORY_HOST, rows, cols, x, ld, lse) ==
+              KFLASH_SUCCESS,
+          "%s", kflash_last_error());
+    double worst = 0, worst_lse = 0;
+    int padding_kept = 1;
+    for (long r = 0; r < rows; ++r) {
+      long double m, log_l;
+      for (long c = 0; c < cols; ++c) row[c] = decode16(x[r * ld + c], f16);
+      reference_row(row, cols, &m, &log_l);
+      for (long c = 0; c < cols; ++c) {
+        const long double d = (long double)row[c] - m;
+        const long double ref = log_space ? d - log_l : expl(d - log_l);
+        const long double fp32 = 16 * 1.1920929e-7L * (log_space ? 1 + fabsl(d) + fabsl(log_l) + fabsl(ref)
+                                                                 : (1 + fabsl(d)) * ref);
+        const long double tol = ldexpl(fabsl(ref), -mant) + ldexpl(1, f16 ? -24 : -133) + fp32;
+        const double err = (double)(fabsl(decode16(y[r * ld + c], f16) - ref) / tol);
+        worst = err > worst ? err : worst;
+      }
+      for (long c = cols; c < ld; ++c) padding_kept = padding_kept && y[r * ld + c] == 0x7E00;
+      const double e = (double)(fabsl(lse[r] - (m + log_l)) / (1e-6L + 2 * 1.1920929e-7L * fabsl(m + log_l)));
+      worst_lse = e > worst_lse ? e : worst_lse;
+    }
+    CHECK(worst <= 1, "%s %s: worst error over its tolerance %g", name, log_space ? "log_softmax" : "softmax", worst);
+    CHECK(worst_lse <= 1, "%s logsumexp: worst error over its tolerance %g", name, worst_lse);
+    CHECK(padding_kept, "%s: the padding between rows was written", name);
+  }
+  free(x), free(y), free(lse), free(row);
+}
+
 /* log_softmax in place on fp64 rows of 777: within 1e-13 of the reference (absolute over |ref| + 1). */
 static void log_softmax_f64_in_place(void) {
   const long rows = 33, cols = 777;
@@ -234,6 +298,8 @@ int main(void) {
   printf("kflash %s, backends %s\n", kflash_version(), kflash_backends());
   softmax_f32();
   log_softmax_f64_in_place();
+  rows_16_bit(0);
+  rows_16_bit(1);
   gradients();
   errors();
   CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
