@@ -133,6 +133,8 @@ inline void record_baseline(const std::string& case_key, double seconds, double 
 
 template <class T>
 const char* type_name() {
+  if constexpr (std::is_same<T, kflash::bhalf_t>::value) return "bf16";
+  if constexpr (std::is_same<T, kflash::half_t>::value) return "fp16";
   return sizeof(T) == 4 ? "fp32" : "fp64";
 }
 
@@ -449,20 +451,24 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   fill_normal(x, 1);
   const std::string key = backend + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                           std::to_string(rows) + "x" + std::to_string(cols);
-  if (variant == stream_variant) {
-    // SoftmaxStream fed x in tiles of stream_tile columns, then finalized in place; its speed-up is
-    // against the one-shot kflash kernel of the same case.
-    const double s = run_timed(state, exec, [&] {
-      kflash::SoftmaxStream<T, Exec> stream(exec, y);
-      for (index_t c0 = 0; c0 < cols; c0 += stream_tile)
-        stream.update(exec, Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(c0, std::min(cols, c0 + stream_tile))),
-                      c0);
-      stream.finalize(exec, y, kind == RowKind::softmax ? kflash::Normalize::prob : kflash::Normalize::log_prob);
-    });
-    const double bytes = double(rows) * cols * sizeof(T) * 2;
-    set_rate(state, bytes, "GB/s");
-    set_relative(state, backend + "/copy_bw", bytes / s, key + "/one-shot", s, double(rows) * sizeof(kflash::SoftmaxState<T>));
-    return;
+  constexpr bool half = kflash::impl::is_half_type<T>;  // 16-bit rows: kflash's call only
+  if constexpr (!half) {
+    if (variant == stream_variant) {
+      // SoftmaxStream fed x in tiles of stream_tile columns, then finalized in place; its speed-up is
+      // against the one-shot kflash kernel of the same case.
+      const double s = run_timed(state, exec, [&] {
+        kflash::SoftmaxStream<T, Exec> stream(exec, y);
+        for (index_t c0 = 0; c0 < cols; c0 += stream_tile)
+          stream.update(exec, Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(c0, std::min(cols, c0 + stream_tile))),
+                        c0);
+        stream.finalize(exec, y, kind == RowKind::softmax ? kflash::Normalize::prob : kflash::Normalize::log_prob);
+      });
+      const double bytes = double(rows) * cols * sizeof(T) * 2;
+      set_rate(state, bytes, "GB/s");
+      set_relative(state, backend + "/copy_bw", bytes / s, key + "/one-shot", s,
+                   double(rows) * sizeof(kflash::SoftmaxState<T>));
+      return;
+    }
   }
 #if KFLASH_BENCH_HAS_ONEDNN
   if (variant == onednn_variant) {
@@ -476,8 +482,9 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   }
 #endif
   const double s = run_timed(state, exec, [&] {
-    if (variant != 0) baseline_rows(exec, kind, variant, x, y, mx, sm);
-    else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
+    if (variant != 0) {
+      if constexpr (!half) baseline_rows(exec, kind, variant, x, y, mx, sm);
+    } else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
     else if (kind == RowKind::log_softmax) kflash::log_softmax(exec, x, y);
     else kflash::logsumexp(exec, x, mx);
   });
@@ -489,10 +496,11 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
     return;
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
-  const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
-  double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<T>) : 0;
-  if constexpr (Traits::host_kernels) {  // team scratch for softmax's weights
-    if (kind == RowKind::softmax)
+  using A = kflash::impl::arith_t<T>;
+  const auto plan = kflash::impl::plan_rows<A, Traits>(exec, rows, cols);
+  double extra = plan.chunks > 1 ? double(plan.rows * plan.chunks) * sizeof(kflash::SoftmaxState<A>) : 0;
+  if constexpr (Traits::host_kernels) {  // team scratch: softmax's weights, or 16-bit rows' float buffer
+    if (kind == RowKind::softmax || half)
       extra += double(exec.concurrency()) *
                double(kflash::impl::host::plan_host_rows<T>(kflash::impl::RowOp::softmax, plan).weights_bytes);
   }

@@ -96,6 +96,7 @@ void register_backend(Registry& reg) {
     const std::string base = be + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                              std::to_string(sh.first) + "x" + std::to_string(sh.second);
     for (int variant : {3, 2, 0, stream_variant}) {
+      if (kflash::impl::is_half_type<T> && variant != 0) continue;  // 16-bit rows: kflash only
       // The baselines run a team per row: on a device, a few long rows leave it nearly idle for
       // seconds per call, so they are measured from 1024 rows up only.
       if (variant != 0 && variant != stream_variant && !host && sh.first < 1024) continue;
@@ -118,6 +119,8 @@ void register_backend(Registry& reg) {
       for (const Shape& sh : full_shapes) {
         add_rows(float(), kind, sh);
         add_rows(double(), kind, sh);
+        add_rows(kflash::bhalf_t(), kind, sh);
+        add_rows(kflash::half_t(), kind, sh);
       }
     } else if (kind != RowKind::log_softmax) {
       for (const Shape& sh : default_shapes) add_rows(float(), kind, sh);
