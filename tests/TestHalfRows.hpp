@@ -1,8 +1,9 @@
-// softmax, log_softmax and logsumexp on 16-bit Views (kflash::bhalf_t, kflash::half_t) on
+// softmax, log_softmax, logsumexp and cross_entropy on 16-bit Views (kflash::bhalf_t, kflash::half_t) on
 // TEST_EXECSPACE, against a long-double reference on the same 16-bit inputs (GUIDE §9: computed in
 // float, each output rounded once to nearest even).
 #pragma once
 
+#include <CrossEntropyCommon.hpp>
 #include <TestCommon.hpp>
 
 #include <string>
@@ -128,12 +129,12 @@ void check_half_rows() {
 
   // Special rows: masked elements, a fully masked row, a NaN, +inf (NaN row), and values whose
   // float exponentials would overflow without the max shift.
-  const float i = HUGE_VALF, q = std::numeric_limits<float>::quiet_NaN();
+  const float i = HUGE_VALF;
   const float big = std::is_same<H, kflash::half_t>::value ? 60000.0f : 1e30f;
   check_half_matrix<H, Kokkos::LayoutRight>(5, 4,
                                             halves<H>({-i, 1.0f, 2.0f, -i,  //
                                                        -i, -i, -i, -i,      //
-                                                       1.0f, q, 3.0f, 0.0f, //
+                                                       1.0f, nan<float>, 3.0f, 0.0f, //
                                                        0.0f, i, 1.0f, 2.0f, //
                                                        big, big, -big, 0.0f}),
                                             "special");
@@ -152,6 +153,50 @@ void check_half_rows() {
   std::vector<ld> xs;
   for (H h : host) xs.push_back(wide(h));
   expect_lse_matches(reference_row(xs.data(), xs.size()), got, 8 * eps<float>, "rank 1 logsumexp");
+}
+
+/// cross_entropy of 16-bit logits (float loss and mean) against the long-double reference loss of
+/// the same 16-bit values, within the fp32 tolerance, with label smoothing, z-loss and ignored rows,
+/// on rows the host kernels group, long rows (block by block), split rows and strided logits.
+template <class H, class L>
+void check_half_cross_entropy(std::size_t rows, std::size_t cols, unsigned seed, const std::string& what) {
+  using Exec = TEST_EXECSPACE;
+  using Mem = Exec::memory_space;
+  const std::vector<H> host = halves<H>(normal_values<float>(rows * cols, seed, 3.0));
+  std::vector<ld> wide_host(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) wide_host[i] = wide(host[i]);
+  const std::vector<std::int64_t> targets = random_targets(rows, cols, seed + 1, 5);
+  const auto logits = make_matrix<H, L, Exec>(rows, cols, host);
+  const auto t = make_vector<std::int64_t, Exec>(targets);
+  for (const kflash::CrossEntropyOptions o :
+       {kflash::CrossEntropyOptions{}, kflash::CrossEntropyOptions{-100, 0.1, 1e-3}}) {
+    Kokkos::View<float*, Mem> loss("loss", rows);
+    Kokkos::View<float, Mem> mean("mean");
+    kflash::cross_entropy(Exec(), logits, t, loss, mean, o);
+    const auto got = to_host(loss);
+    float got_mean;
+    Kokkos::deep_copy(got_mean, mean);
+    ld sum = 0;
+    std::size_t counted = 0;
+    const std::string where = what + " " + Half16<H>::name() + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                              " smoothing " + std::to_string(o.label_smoothing);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const ld ref = reference_loss(wide_host.data() + r * cols, cols, targets[r], o);
+      const ld lse = reference_row(wide_host.data() + r * cols, cols).lse();
+      expect_loss_matches(ref, got[r], loss_tolerance<float>(ref, lse, o), where + " row " + std::to_string(r));
+      if (targets[r] != o.ignore_index) sum += ref, ++counted;
+    }
+    const ld ref_mean = sum / ld(counted);
+    EXPECT_LE(std::fabs(ld(got_mean) - ref_mean), 1e-5L * (1 + std::fabs(ref_mean))) << where << " mean";
+  }
+}
+
+TEST(TEST_CATEGORY, HalfRowsCrossEntropy) {
+  check_half_cross_entropy<kflash::bhalf_t, Kokkos::LayoutRight>(40, 700, 31, "grouped");
+  check_half_cross_entropy<kflash::half_t, Kokkos::LayoutRight>(40, 700, 32, "grouped");
+  check_half_cross_entropy<kflash::bhalf_t, Kokkos::LayoutRight>(12, 5000, 33, "long");
+  check_half_cross_entropy<kflash::half_t, Kokkos::LayoutRight>(2, 140000, 34, "split");
+  check_half_cross_entropy<kflash::bhalf_t, Kokkos::LayoutStride>(7, 300, 35, "strided");
 }
 
 TEST(TEST_CATEGORY, HalfRowsSoftmaxLogSoftmaxLogsumexp) {

@@ -36,11 +36,11 @@ void require_one_per_row(const char* fn, const char* name, const View& view, con
 }
 
 /// The checks cross_entropy and cross_entropy_backward share: logits of rank 2, a View of integer
-/// targets with one per row, and valid options.
-template <class ExecSpace, class LogitsView, class TargetsView>
+/// targets with one per row, and valid options. Takes16: 16-bit logits are taken.
+template <class ExecSpace, bool Takes16 = false, class LogitsView, class TargetsView>
 void check_logits_and_targets(const char* fn, const LogitsView& logits, const TargetsView& targets,
                               const CrossEntropyOptions& options) {
-  static_check_view<ExecSpace, LogitsView, false>();
+  static_check_view<ExecSpace, LogitsView, false, Takes16>();
   static_assert(Kokkos::is_view<TargetsView>::value, "kflash: arguments must be Kokkos::View");
   static_assert(std::is_integral<std::remove_cv_t<typename TargetsView::value_type>>::value,
                 "kflash::cross_entropy: targets must be a View of an integer type");
@@ -56,17 +56,18 @@ void check_logits_and_targets(const char* fn, const LogitsView& logits, const Ta
                                    " must be finite and >= 0");
 }
 
-template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
+/// Takes16: 16-bit logits are taken (with a float loss).
+template <class ExecSpace, bool Takes16 = false, class LogitsView, class TargetsView, class LossView>
 void check_cross_entropy(const LogitsView& logits, const TargetsView& targets, const LossView& loss,
                          const CrossEntropyOptions& options) {
   static_check_view<ExecSpace, LossView, true>();
-  static_assert(std::is_same<std::remove_cv_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
-                "kflash::cross_entropy: logits and loss must have the same value type");
+  static_assert(std::is_same<arith_t<typename LogitsView::value_type>, typename LossView::value_type>::value,
+                "kflash::cross_entropy: loss must have the logits' value type (float where the logits are 16-bit)");
   const char* fn = "cross_entropy";
   const CallScope<ExecSpace> call(fn);
   require_disjoint(fn, "loss", loss, "logits", logits);
   require_disjoint(fn, "loss", loss, "targets", targets);
-  check_logits_and_targets<ExecSpace>(fn, logits, targets, options);
+  check_logits_and_targets<ExecSpace, Takes16>(fn, logits, targets, options);
   require_one_per_row(fn, "loss", loss, logits, "one element");
 }
 
@@ -88,7 +89,7 @@ inline void require_targets_in(const LossTotal& total, index_t rows, index_t voc
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView>
 LossTotal cross_entropy_checked(const ExecSpace& exec, const LogitsView& logits, const TargetsView& targets,
                                 const LossView& loss, const CrossEntropyOptions& options) {
-  check_cross_entropy<ExecSpace>(logits, targets, loss, options);
+  check_cross_entropy<ExecSpace, true>(logits, targets, loss, options);
   LossTotal total = LossTotal::identity();
   if constexpr (view_rank<LogitsView> == 2 && view_rank<TargetsView> == 1 && view_rank<LossView> == 1) {
     total = cross_entropy_rows(exec, logits, targets, loss, options.ignore_index,
@@ -104,7 +105,8 @@ LossTotal cross_entropy_checked(const ExecSpace& exec, const LogitsView& logits,
 /// loss(r) = the cross-entropy of row r of logits (rows, vocabulary) against the class targets(r):
 ///   -log softmax(logits(r, :))[targets(r)], with options.label_smoothing and options.z_loss as
 ///   CrossEntropyOptions describes; rows whose target is options.ignore_index get 0.
-/// logits of any layout; targets of any integer type. Reads the logits once. Returns after the
+/// logits of any layout, float, double or 16-bit (kflash::bhalf_t, kflash::half_t: computed in
+/// float, loss float); targets of any integer type. Reads the logits once. Returns after the
 /// kernels complete (it checks the targets as it runs): a target outside [0, vocabulary) that is not
 /// ignore_index throws std::invalid_argument naming the first such row, after writing the others.
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView,
@@ -115,7 +117,7 @@ void cross_entropy(const ExecSpace& exec, const LogitsView& logits, const Target
 }
 
 /// The same, and mean() = the mean loss over the rows not ignored (NaN if there are none), as
-/// PyTorch's reduction='mean'. mean: a rank-0 View of the logits' value type.
+/// PyTorch's reduction='mean'. mean: a rank-0 View of the loss's value type.
 template <class ExecSpace, class LogitsView, class TargetsView, class LossView, class MeanView,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value && Kokkos::is_view<MeanView>::value, int> = 0>
 void cross_entropy(const ExecSpace& exec, const LogitsView& logits, const TargetsView& targets, const LossView& loss,

@@ -166,4 +166,32 @@ void run_rows16(const RowBlock16& b) {
   }
 }
 
+/// Cross-entropy's statistics of 16-bit rows (run_logit_rows' layout): rows of up to block16 / 2
+/// elements several at a time through the buffer, longer rows block by block, merged.
+template <int VB>
+void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
+                      index_t rows, index_t n) {
+  alignas(64) float buf[block16];
+  if (n > block16 / 2) {
+    for (index_t r = 0; r < rows; ++r) {
+      LogitStats<float> s = LogitStats<float>::identity();
+      for (index_t i = 0; i < n; i += block16) {
+        const index_t m = n - i < block16 ? n - i : block16;
+        widen16<VB>(f, x + r * ldx + i, buf, m);
+        LogitStats<float> part;
+        run_logit_rows<float, VB>(LogitBlock<float>{buf, m, &part, 1, 1, m});
+        s.merge(part);
+      }
+      out[r * ldout] = s;
+    }
+    return;
+  }
+  const index_t group = block16 / (n > 0 ? n : 1);
+  for (index_t r0 = 0; r0 < rows; r0 += group) {
+    const index_t g = rows - r0 < group ? rows - r0 : group;
+    for (index_t i = 0; i < g; ++i) widen16<VB>(f, x + (r0 + i) * ldx, buf + i * n, n);
+    run_logit_rows<float, VB>(LogitBlock<float>{buf, n, out + r0 * ldout, ldout, g, n});
+  }
+}
+
 }  // namespace kflash::impl::host::internal

@@ -73,6 +73,10 @@ namespace kflash::impl::host {
     internal::write_row16<vector_bytes>(f, op, x, y, n, norm);                                                \
   }                                                                                                           \
   attributes void run_rows16(const RowBlock16& b) { internal::run_rows16<vector_bytes>(b); }                  \
+  attributes void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out,    \
+                                   index_t ldout, index_t rows, index_t cols) {                               \
+    internal::run_logit_rows16<vector_bytes>(f, x, ldx, out, ldout, rows, cols);                              \
+  }                                                                                                           \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
     internal::attention_tile<float, vector_bytes>(t);                                                         \
   }                                                                                                           \
@@ -199,6 +203,10 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
   KFLASH_IMPL_DISPATCH(isa(), write_row16(f, op, x, y, n, norm))
 }
 void run_rows16(const RowBlock16& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows16(block)) }
+void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
+                      index_t rows, index_t cols) {
+  KFLASH_IMPL_DISPATCH(isa(), run_logit_rows16(f, x, ldx, out, ldout, rows, cols))
+}
 void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(const AttentionTile<float>& tile) { attention_tile(isa(), tile); }

@@ -88,6 +88,10 @@ struct RowBlock16 {
 };
 void run_rows16(const RowBlock16& block);
 
+/// run_logit_rows on 16-bit rows of `format` (LogitBlock's layout), widened to float by blocks.
+void run_logit_rows16(Storage16 format, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
+                      index_t rows, index_t cols);
+
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
 SoftmaxState<float> row_state(const H* x, index_t n) {
   return row_state16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), n);

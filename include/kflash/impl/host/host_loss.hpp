@@ -25,7 +25,13 @@ struct HostLogitStatsKernel {
 
   /// Rows [r0, r0 + rows) from column begin, `cols` columns each (c: the chunk's index in ws).
   void stats(index_t r0, index_t rows, index_t c, index_t begin, index_t cols) const {
-    run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols});
+    using S = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+    if constexpr (is_half_type<S>) {
+      run_logit_rows16(storage16_of<S>, reinterpret_cast<const std::uint16_t*>(x.row(r0) + begin), x.row_stride(),
+                       &ws(r0, c), index_t(ws.stride_0()), rows, cols);
+    } else {
+      run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols});
+    }
     for (index_t r = r0; r < r0 + rows; ++r)
       ws(r, c).target_logit = target_logit_in(x, targets, r, col0, begin, begin + cols);
   }

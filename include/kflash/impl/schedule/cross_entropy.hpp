@@ -60,7 +60,7 @@ struct LogitStatsKernel {
     const RowChunk rc(plan, team.league_rank());
     constexpr index_t tile = Traits::tile;
     const Lanes lanes(team);
-    const auto value = [&](index_t i) { return x(rc.r, i); };
+    const auto value = [&](index_t i) { return widen(x(rc.r, i)); };
     stats_type s;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, (rc.end - rc.begin + tile - 1) / tile),

@@ -36,7 +36,7 @@ void dispatch_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& 
 template <class ExecSpace, class XView, class TargetsView, class LossView>
 LossTotal cross_entropy_rows(const ExecSpace& exec, const XView& x, const TargetsView& targets, const LossView& loss,
                              std::int64_t ignore_index, const LossTerms& terms) {
-  using T = std::remove_cv_t<typename XView::value_type>;
+  using T = arith_t<typename XView::value_type>;
   using Traits = ScheduleTraits<ExecSpace>;
   using memory_space = typename ExecSpace::memory_space;
   using Workspace = Kokkos::View<LogitStats<T>**, memory_space, Kokkos::MemoryUnmanaged>;

@@ -55,9 +55,9 @@ struct MergeOf {
 template <class XRows, class Targets>
 KOKKOS_INLINE_FUNCTION auto target_logit_in(const XRows& x, const Targets& targets, index_t r, index_t col0,
                                             index_t begin, index_t end) {
-  using T = std::remove_cv_t<std::remove_reference_t<decltype(x(r, begin))>>;
+  using T = arith_t<std::remove_cv_t<std::remove_reference_t<decltype(x(r, begin))>>>;
   const index_t c = index_t(targets(r)) - col0;
-  return c >= begin && c < end ? T(x(r, c)) : T(0);
+  return c >= begin && c < end ? T(widen(x(r, c))) : T(0);
 }
 
 /// The cross-entropy options a row's loss needs (CrossEntropyOptions resolved).
