@@ -212,11 +212,19 @@ std::vector<ld> flatten3(const V& v) {
 }
 
 /// The accuracy bounds: fp32 max |O - ref| / max |ref| <= 2e-5, fp64 <= 1e-12, lse relative the same.
-/// Large scores add the rounding of the scores themselves: 4 eps * max sum_d |scale q_d k_d|.
+/// Large scores add the rounding of the scores themselves: 4 eps * max sum_d |scale q_d k_d|; 16-bit
+/// outputs their rounding (storage_rounding()).
+/// The relative rounding the outputs' storage adds to attention_tolerance (0, or 2^-8 and 2^-11
+/// while a 16-bit test runs: its Storage16Scope sets it).
+inline ld& storage_rounding() {
+  static ld r = 0;
+  return r;
+}
+
 template <class T>
 ld attention_tolerance(const AttnRef& ref) {
   const ld base = std::is_same<T, float>::value ? 2e-5L : 1e-12L;
-  return base + 4 * eps<T> * ref.max_abs_dot;
+  return base + 4 * eps<T> * ref.max_abs_dot + storage_rounding();
 }
 
 template <class T>

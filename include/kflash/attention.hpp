@@ -24,7 +24,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
                     const AttentionOptions& opt, const LV& lse, bool has_lse, const ScoreMod& score_mod,
                     const MaskMod& mask_mod, const Run& run, const char* fn = "attention", Written = {}) {
   (void)exec;
-  using T = typename OV::non_const_value_type;
+  using T = arith_t<typename OV::non_const_value_type>;  // the options' and lse's value type
   using Mem = typename ExecSpace::memory_space;
   const CallScope<ExecSpace> call(fn);
   const bool varlen = !opt.cu_seqlens_q.empty() || !opt.cu_seqlens_k.empty();
@@ -183,6 +183,9 @@ void attention_with_shape(const ExecSpace& exec, const QV& q, const KV& k, const
 ///   (query head h reads K/V head h / (Hq / Hk): GQA, MQA for Hk = 1). Views of any layout: memory
 ///   held as (B, N, H, D) is passed as LayoutStride Views. lse (B, Hq, Nq) receives the log-sum-exp
 ///   of each row's scaled scores. Bad shapes throw std::invalid_argument.
+/// q, k, v, o hold float, double, or 16-bit values (kflash::bhalf_t, kflash::half_t: scores, states
+/// and P V in float, each output rounded once); lse, options.alibi_slopes, options.sinks and
+/// options.bias then hold float.
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void attention(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
@@ -207,7 +210,7 @@ template <class ExecSpace, class QV, class KV, class VV, class OV,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void attention(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
                const AttentionOptions& options = AttentionOptions()) {
-  using T = typename OV::non_const_value_type;
+  using T = impl::arith_t<typename OV::non_const_value_type>;
   using NoLse = std::conditional_t<impl::view_rank<OV> == 3, Kokkos::View<T**, typename OV::memory_space>,
                                    Kokkos::View<T***, typename OV::memory_space>>;
   impl::attention_impl(exec, q, k, v, o, options, NoLse(), false, NoScoreMod(), NoMaskMod());
@@ -239,17 +242,25 @@ Kokkos::View<bool****, Kokkos::LayoutRight, typename ExecSpace::memory_space> ma
 /// ring attention): o_parts (S, B, H, N, Dv) and lse_parts (S, B, H, N), each part normalised over
 /// its own keys, give o (B, H, N, Dv) and lse (B, H, N) over all keys. A part with lse = -inf (it
 /// saw no key) contributes nothing. o and lse must not overlap o_parts, lse_parts or each other
-/// (std::invalid_argument).
+/// (std::invalid_argument). o_parts and o may hold 16-bit values (lse_parts and lse then float): the
+/// sums are float, each output rounded once.
 template <class ExecSpace, class OP, class LP, class OV, class LV>
 void merge_attention(const ExecSpace& exec, const OP& o_parts, const LP& lse_parts, const OV& o,
                      const LV& lse) {
   using namespace impl;
   const char* fn = "merge_attention";
   const CallScope<ExecSpace> call(fn);
-  static_check_view<ExecSpace, OP, false>();
+  static_check_view<ExecSpace, OP, false, true>();
   static_check_view<ExecSpace, LP, false>();
-  static_check_view<ExecSpace, OV, true>();
+  static_check_view<ExecSpace, OV, true, true>();
   static_check_view<ExecSpace, LV, true>();
+  using S = typename OV::non_const_value_type;
+  static_assert(std::is_same<std::remove_cv_t<typename OP::value_type>, S>::value,
+                "kflash::merge_attention: o_parts and o must have the same value type");
+  static_assert(std::is_same<std::remove_cv_t<typename LP::value_type>, arith_t<S>>::value &&
+                    std::is_same<typename LV::non_const_value_type, arith_t<S>>::value,
+                "kflash::merge_attention: lse_parts and lse must have o's value type, or float where o holds "
+                "kflash::bhalf_t or kflash::half_t");
   require_rank(fn, "o_parts", o_parts, 5, 5);
   require_rank(fn, "lse_parts", lse_parts, 4, 4);
   require_rank(fn, "o", o, 4, 4);

@@ -37,21 +37,25 @@ inline void check_options(const AttentionOptions& opt, AttentionPlan& p) {
   }
 }
 
-/// Checks attention()'s View types: one value type, rank 4 (rank 3 with lse rank 2 when varlen); o
-/// and lse writable where Written.
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Written = true>
+/// Checks attention()'s View types: q, k, v and o of one storage type S (float, double, or 16-bit:
+/// kflash::bhalf_t, kflash::half_t), lse of S's arithmetic type (float for 16-bit); rank 4 (rank 3
+/// with lse rank 2 when varlen); o and lse writable where Written. Takes16 false: the call takes
+/// float or double only.
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Written = true, bool Takes16 = true>
 void static_check_attention_views() {
-  static_check_view<ExecSpace, QV, false>();
-  static_check_view<ExecSpace, KV, false>();
-  static_check_view<ExecSpace, VV, false>();
-  static_check_view<ExecSpace, OV, Written>();
+  static_check_view<ExecSpace, QV, false, Takes16>();
+  static_check_view<ExecSpace, KV, false, Takes16>();
+  static_check_view<ExecSpace, VV, false, Takes16>();
+  static_check_view<ExecSpace, OV, Written, Takes16>();
   static_check_view<ExecSpace, LV, Written>();
-  using T = typename OV::non_const_value_type;
-  static_assert(std::is_same<std::remove_cv_t<typename QV::value_type>, T>::value &&
-                    std::is_same<std::remove_cv_t<typename KV::value_type>, T>::value &&
-                    std::is_same<std::remove_cv_t<typename VV::value_type>, T>::value &&
-                    std::is_same<typename LV::non_const_value_type, T>::value,
-                "kflash::attention: q, k, v, o and lse must have the same value type");
+  using S = typename OV::non_const_value_type;
+  static_assert(std::is_same<std::remove_cv_t<typename QV::value_type>, S>::value &&
+                    std::is_same<std::remove_cv_t<typename KV::value_type>, S>::value &&
+                    std::is_same<std::remove_cv_t<typename VV::value_type>, S>::value,
+                "kflash::attention: q, k, v and o must have the same value type");
+  static_assert(std::is_same<typename LV::non_const_value_type, arith_t<S>>::value,
+                "kflash::attention: lse must have the value type of o, or float where o holds kflash::bhalf_t or "
+                "kflash::half_t");
 }
 
 /// Checks the shapes of q, k, v, o, lse given as (B, H, N, D) in `e` (each View's extents mapped to
@@ -142,8 +146,12 @@ Strided<V> option_array(const OptionView& ov, const char* name, std::initializer
   const char* fn = "attention";
   const std::string got = describe(name, ov);
   if (!ov.holds<V>())
-    throw_invalid_argument(fn, got + " holds " + ov.value_name() + " values, expected " +
-                                   (std::is_same<V, bool>::value ? "bool" : "the value type of q, k and v"));
+    throw_invalid_argument(
+        fn, got + " holds " + ov.value_name() + " values, expected " +
+                (std::is_same<V, bool>::value ? std::string("bool")
+                 : std::is_same<V, float>::value
+                     ? std::string("float (the value type of q, k and v, or float where they hold 16-bit values)")
+                     : std::string("double (the value type of q, k and v)")));
   if (!ov.accessible_from<ExecSpace>())
     throw_invalid_argument(fn, got + " is in a memory space that " + ExecSpace::name() + " cannot read");
   bool ok = ov.rank() == int(want.size());

@@ -171,7 +171,7 @@ constexpr void static_check_view() {
   using value_type = typename View::value_type;
   static_assert(Takes16 || !is_half_type<std::remove_cv_t<value_type>>,
                 "kflash: this call takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) "
-                "are taken by softmax, log_softmax, logsumexp and cross_entropy so far");
+                "are taken by softmax, log_softmax, logsumexp, cross_entropy, attention and merge_attention so far");
   static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value ||
                     (Takes16 && is_half_type<std::remove_cv_t<value_type>>),
                 "kflash: View value type must be float or double (or kflash::bhalf_t, kflash::half_t where the "

@@ -1,6 +1,6 @@
 // The host schedule of attention: a team of one thread per block of query rows stages the block's
-// Q and each K/V tile into its scratch (or points at them in place), and hands every tile to the
-// compiled tile kernel.
+// Q and each K/V tile into its scratch (or points at them in place; 16-bit ones are widened to float
+// there), and hands every tile to the compiled tile kernel.
 #pragma once
 
 #include <kflash/impl/host/host_kernels.hpp>
@@ -23,7 +23,7 @@ struct PackKeys {
     const index_t valid = Nk - j0 < bk ? (Nk > j0 ? Nk - j0 : 0) : bk;
     T* out = packed + bh * D * ld + j0;
     for (index_t j = 0; j < valid; ++j)
-      for (index_t d = 0; d < D; ++d) out[d * ld + j] = k(b, hk, j0 + j, d);
+      for (index_t d = 0; d < D; ++d) out[d * ld + j] = widen(k(b, hk, j0 + j, d));
     for (index_t d = 0; d < D; ++d)
       for (index_t j = valid; j < bk; ++j) out[d * ld + j] = T(0);
   }
@@ -32,8 +32,9 @@ struct PackKeys {
 template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
   using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
-  using typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile, typename Base::States;
   using Base::p, Base::q, Base::k, Base::v, Base::scale, Base::row_of;
+  using typename Base::S, typename Base::T, typename Base::Row, typename Base::member_type, typename Base::Tile,
+      typename Base::States;
   using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   using ScoreRows = Kokkos::View<TileScoreRow<T>*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   static constexpr bool user_functors = Stage::user_score || Stage::user_mask;
@@ -68,7 +69,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const bool per_row = so.alibi.on() || so.bias.on() || (so.mask.on() && !Stage::user_score);
     for (index_t r = 0; r < nrows; ++r) {
       const Row row = row_of(w, rho0 + r);
-      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = widen(q(b, row.h, row.i, d)) * scale;
       for (index_t d = 0; d < p.dvp; ++d) os(r, d) = T(0);
       st(r) = SoftmaxState<T>::identity();
     }
@@ -80,12 +81,18 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.softcap = so.softcap;
     tile.inv_softcap = so.inv_softcap;
     tile.score_rows = per_row ? score_rows.data() : nullptr;
-    // K packed for the head's blocks is read there. Otherwise rows of K and V with unit stride are
-    // read in place (V when no padding is needed): K by dot products for blocks of at most dot_rows
-    // query rows (decode), where staging K transposed would cost more than the products; V always.
+    // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read as
+    // rows (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
+    // transposed would cost more than the products. Rows of float or double are read in place (V
+    // when no padding is needed); 16-bit rows are widened into the tile's scratch first.
+    constexpr bool in_place = std::is_same<S, T>::value;
     const T* packed = packed_keys != nullptr ? packed_keys + (b * p.Hk + hk) * p.D * p.packed_ld : nullptr;
-    const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
-    const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
+    const bool k_rows = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
+    const bool k_in_place = in_place && k_rows;
+    const bool v_in_place = in_place && v.stride(3) == 1 && p.Dv == p.dvp;
+    // 16-bit rows widened by one call a tile (widen_keys), whose next tile can be asked for ahead.
+    const bool k_ahead16 = !in_place && k_rows && index_t(k.stride(2)) == p.D;
+    const bool v_ahead16 = !in_place && v.stride(3) == 1 && index_t(v.stride(2)) == p.Dv && p.Dv == p.dvp;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     // A tile ends where the keys' contiguous run does (a page of a paged cache).
     const auto tile_end = [&](index_t t0) {
@@ -95,6 +102,24 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (v_end < end) end = v_end;
       return end;
     };
+    // Key j's row of K or V where it is read in place (null otherwise).
+    const auto row_at = [&](const auto& kv, index_t j) -> const T* {
+      if constexpr (in_place)
+        return &kv(b, hk, j, 0);
+      else
+        return nullptr;
+    };
+    // Keys [t0, t0 + n) of 16-bit K or V (unit stride along d) widened into rows `ld` apart at out:
+    // by one call where the keys' rows follow one another and out's do too.
+    const auto widen_keys = [&](const auto& kv, index_t t0, index_t n, index_t width, T* out, index_t ld) {
+      if constexpr (!in_place) {
+        if (index_t(kv.stride(2)) == width && ld == width) {
+          widen_row(&kv(b, hk, t0, 0), out, n * width);
+        } else {
+          for (index_t j = 0; j < n; ++j) widen_row(&kv(b, hk, t0 + j, 0), out + j * ld, width);
+        }
+      }
+    };
     for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
       const index_t end = tile_end(t0);
       tile.nk = end - t0;
@@ -102,29 +127,43 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (packed != nullptr) {
         tile.kt = packed + t0;
       } else if (k_in_place) {
-        tile.k = &k(b, hk, t0, 0);
+        tile.k = row_at(k, t0);
         tile.ldk = index_t(k.stride(2));
+      } else if (k_rows) {  // 16-bit rows, widened into kt's scratch as bk x D rows
+        widen_keys(k, t0, tile.nk, p.D, kt.data(), p.D);
+        tile.k = kt.data();
+        tile.ldk = p.D;
       } else {
         for (index_t j = 0; j < tile.nk; ++j)
-          for (index_t d = 0; d < p.D; ++d) kt(d, j) = k(b, hk, t0 + j, d);
+          for (index_t d = 0; d < p.D; ++d) kt(d, j) = widen(k(b, hk, t0 + j, d));
       }
       if (v_in_place) {
-        tile.v = &v(b, hk, t0, 0);
+        tile.v = row_at(v, t0);
         tile.ldv = index_t(v.stride(2));
+      } else if (!in_place && v.stride(3) == 1) {
+        widen_keys(v, t0, tile.nk, p.Dv, vs.data(), p.dvp);
       } else {
         for (index_t j = 0; j < tile.nk; ++j)
-          for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+          for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = widen(v(b, hk, t0 + j, d));
       }
       for (index_t r = 0; r < nrows; ++r) {
         const Row row = row_of(w, rho0 + r);
         keys(r) = this->keys_of(w, row.i).in_tile(t0, tile.nk);
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
-      // The next tile's rows read in place: the products ask for them while they run.
-      tile.nk_next = (k_in_place || v_in_place) && end < w.ke ? tile_end(end) - end : 0;
+      // The next tile's rows read in place, or widened from 16-bit rows that follow one another: the
+      // products ask for them while they run (16-bit rows as float rows of the products' stride,
+      // two keys each).
+      tile.nk_next = (k_in_place || v_in_place || k_ahead16 || v_ahead16) && end < w.ke ? tile_end(end) - end : 0;
       if (tile.nk_next > 0) {
-        tile.k_next = k_in_place ? &k(b, hk, end, 0) : nullptr;
-        tile.v_next = v_in_place ? &v(b, hk, end, 0) : nullptr;
+        if constexpr (in_place) {
+          tile.k_next = k_in_place ? row_at(k, end) : nullptr;
+          tile.v_next = v_in_place ? row_at(v, end) : nullptr;
+        } else {
+          tile.k_next = k_ahead16 ? reinterpret_cast<const T*>(&k(b, hk, end, 0)) : nullptr;
+          tile.v_next = v_ahead16 ? reinterpret_cast<const T*>(&v(b, hk, end, 0)) : nullptr;
+          tile.nk_next = (tile.nk_next + 1) / 2;
+        }
       }
       if constexpr (!user_functors) {
         attention_tile(tile);

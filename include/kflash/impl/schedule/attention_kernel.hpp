@@ -1,6 +1,6 @@
 // Attention's per-row schedule, for head dimensions beyond the team shapes': a team owns a block of
-// query rows, one thread per row; K/V tiles are staged in team scratch; each row takes the tile step
-// over plain lanes.
+// query rows, one thread per row; K/V tiles are staged in team scratch (widened to float from 16-bit
+// storage); each row takes the tile step over plain lanes.
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
@@ -28,7 +28,7 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {
       const Row row = row_of(w, rho0 + r);
-      for (index_t d = 0; d < p.D; ++d) qs(r, d) = q(b, row.h, row.i, d) * scale;
+      for (index_t d = 0; d < p.D; ++d) qs(r, d) = widen(q(b, row.h, row.i, d)) * scale;
       for (index_t d = 0; d < p.Dv; ++d) os(r, d) = T(0);
       st(r) = SoftmaxState<T>::identity();
     });
@@ -38,8 +38,8 @@ struct AttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, L
       if (this->tile_hidden(w, t0, nk)) continue;
       team.team_barrier();  // the previous tile is no longer read
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk), [&](index_t j) {
-        for (index_t d = 0; d < p.D; ++d) ks(j, d) = k(b, hk, t0 + j, d);
-        for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = v(b, hk, t0 + j, d);
+        for (index_t d = 0; d < p.D; ++d) ks(j, d) = widen(k(b, hk, t0 + j, d));
+        for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = widen(v(b, hk, t0 + j, d));
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](index_t r) {

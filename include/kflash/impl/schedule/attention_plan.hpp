@@ -78,10 +78,12 @@ AttentionPlan with_shape(AttentionPlan p) {
   return p;
 }
 
-/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones).
+/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones). T:
+/// the storage type; 16-bit storage takes the per-row schedules (the team shapes stage float or
+/// double chunks).
 template <class T, class Traits, class F>
 void with_team_shape(const AttentionPlan& p, F&& f) {
-  if constexpr (Traits::host_kernels) {
+  if constexpr (Traits::host_kernels || is_half_type<T>) {
     f(static_cast<void*>(nullptr));
   } else {
     constexpr int small = Traits::team_dv_small, large = Traits::team_dv_large;
@@ -102,7 +104,7 @@ void with_team_shape(const AttentionPlan& p, F&& f) {
 /// most 8 query rows), block shape and key splits.
 template <class T, class Traits, class ExecSpace>
 AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
-  if constexpr (!Traits::host_kernels) {
+  if constexpr (!Traits::host_kernels && !is_half_type<T>) {
     p.team_dv = p.Dv <= Traits::team_dv_small ? Traits::team_dv_small
                                                : p.Dv <= Traits::team_dv_large ? Traits::team_dv_large : 0;
   }
@@ -159,7 +161,9 @@ struct TileRow {
 /// merge_attention() takes; otherwise to the final o and lse.
 template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct AttentionKernelBase {
-  using T = typename OV::non_const_value_type;
+  using S = std::remove_cv_t<typename QV::value_type>;  // what q, k and v hold
+  using T = arith_t<S>;                                 // what the kernels compute in (float for 16-bit S)
+  using Out = typename OV::non_const_value_type;        // o's values: S, or T for split K/V's parts
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using scratch_space = typename ExecSpace::scratch_memory_space;
   /// Tiles and per-row states in team scratch.
@@ -244,7 +248,7 @@ struct AttentionKernelBase {
     return RowAt{w.b, row.h, row.i, row.i + w.mask.shift};
   }
 
-  KOKKOS_INLINE_FUNCTION T& out(const Block& w, Row row, index_t d) const {
+  KOKKOS_INLINE_FUNCTION Out& out(const Block& w, Row row, index_t d) const {
     if constexpr (Partial) return o(w.split, w.b, row.h, row.i, d);
     else return o(w.b, row.h, row.i, d);
   }
@@ -263,7 +267,7 @@ struct AttentionKernelBase {
   template <class OCol>
   KOKKOS_INLINE_FUNCTION void store(const Block& w, Row row, const OCol& o_col, SoftmaxState<T> st) const {
     const T factor = finish(w, row, st);
-    for (index_t d = 0; d < p.Dv; ++d) out(w, row, d) = o_col(d) * factor;
+    for (index_t d = 0; d < p.Dv; ++d) out(w, row, d) = store_as<Out>(o_col(d) * factor);
     store_lse(w, row, st);
   }
 };

@@ -28,7 +28,8 @@ struct MergePlan {
 template <class ExecSpace, class OP, class LP, class OV, class LV, class Seq>
 struct MergeKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using T = typename OV::non_const_value_type;
+  using Stored = typename OV::non_const_value_type;  // o's values
+  using T = arith_t<Stored>;                         // the sums' (float for 16-bit o)
   using Scratch = Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   OP o_parts;
   LP lse_parts;
@@ -50,10 +51,19 @@ struct MergeKernel {
     SoftmaxState<T> st = SoftmaxState<T>::identity();
     for (index_t s = 0; s < S; ++s) st.push(lse_parts(s, b, h, i));
     const SoftmaxNormalizer<T> norm(st);
-    for (index_t c = rank; c < cols; c += plan.team_size) o(b, h, i, d0 + c) = T(0);
-    for (index_t s = 0; s < S; ++s) {
-      const T w = norm.prob(lse_parts(s, b, h, i));
-      for (index_t c = rank; c < cols; c += plan.team_size) o(b, h, i, d0 + c) += w * o_parts(s, b, h, i, d0 + c);
+    if constexpr (std::is_same<Stored, T>::value) {  // o sums in place: each part's weight computed once
+      for (index_t c = rank; c < cols; c += plan.team_size) o(b, h, i, d0 + c) = T(0);
+      for (index_t s = 0; s < S; ++s) {
+        const T w = norm.prob(lse_parts(s, b, h, i));
+        for (index_t c = rank; c < cols; c += plan.team_size)
+          o(b, h, i, d0 + c) += w * widen(o_parts(s, b, h, i, d0 + c));
+      }
+    } else {  // a 16-bit o is written once: each column sums in a register
+      for (index_t c = rank; c < cols; c += plan.team_size) {
+        T acc = T(0);
+        for (index_t s = 0; s < S; ++s) acc += norm.prob(lse_parts(s, b, h, i)) * widen(o_parts(s, b, h, i, d0 + c));
+        o(b, h, i, d0 + c) = store_as<Stored>(acc);
+      }
     }
     if (has_lse && d0 == 0 && rank == 0) lse(b, h, i) = st.logsumexp();
   }
@@ -88,7 +98,7 @@ struct MergeKernel {
       team.team_barrier();
       for (index_t c = lane; c < cols; c += plan.lanes) {
         T acc = T(0);
-        for (index_t k = group; k < n; k += plan.groups) acc += w(k) * o_parts(s0 + k, b, h, i, d0 + c);
+        for (index_t k = group; k < n; k += plan.groups) acc += w(k) * widen(o_parts(s0 + k, b, h, i, d0 + c));
         sums(group * plan.width + c) += acc;
       }
     }
@@ -96,7 +106,7 @@ struct MergeKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](index_t c) {
       T sum = sums(c);
       for (int g = 1; g < plan.groups; ++g) sum += sums(g * plan.width + c);
-      o(b, h, i, d0 + c) = sum;
+      o(b, h, i, d0 + c) = store_as<Stored>(sum);
     });
     if (has_lse && d0 == 0) Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(b, h, i) = st.logsumexp(); });
   }

@@ -39,7 +39,7 @@ template <bool Partial, class Traits, class Shape, class ExecSpace, class Terms,
           class VV, class OV, class LV>
 void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                       const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse,
-                      const typename OV::non_const_value_type* packed) {
+                      const arith_t<typename OV::non_const_value_type>* packed) {
   using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, OV, LV, Partial>;
   Kernel kernel{{q, k, v, o, lse, has_lse, p, terms.scale, terms.stage, terms.sinks, terms.block_mask, 0, seq}};
   if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_keys = packed;
@@ -88,7 +88,7 @@ template <class Traits, class Shape, class ExecSpace, class Terms, class Seq, cl
           class LV>
 void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                    const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
-  using T = typename OV::non_const_value_type;
+  using T = arith_t<typename OV::non_const_value_type>;  // K packed and the partial results: float for 16-bit
   using mem = typename OV::memory_space;
   const AttentionWorkspace<T, mem> parts(p);
   if (parts.bytes == 0) {
@@ -122,10 +122,10 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
 template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV>
 void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq, const QV& q,
                         const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
-  using T = typename OV::non_const_value_type;
+  using S = typename OV::non_const_value_type;
   using Traits = ScheduleTraits<ExecSpace>;
-  p = plan_attention<T, Traits>(exec, p);
-  with_team_shape<T, Traits>(p, [&](auto shape) {
+  p = plan_attention<S, Traits>(exec, p);
+  with_team_shape<S, Traits>(p, [&](auto shape) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
     run_attention<Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse);
   });

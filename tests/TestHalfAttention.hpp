@@ -1,0 +1,223 @@
+// attention and merge_attention on 16-bit q, k, v, o (kflash::bhalf_t, kflash::half_t; lse and the
+// options float) on TEST_EXECSPACE, against the long-double reference on the same 16-bit inputs: the
+// attention tests' cases, run through a runner that stores the Views in 16 bits (GUIDE §9).
+#pragma once
+
+#include <SequencesCommon.hpp>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kflash_test {
+
+template <class H>
+const char* name16() {
+  return std::is_same<H, kflash::half_t>::value ? "half_t" : "bhalf_t";
+}
+
+/// The relative rounding of one 16-bit output (half a unit in the last place): 2^-8 for bfloat16,
+/// 2^-11 for binary16, GUIDE §9's bounds.
+template <class H>
+ld rounding16() {
+  return std::ldexp(1.0L, std::is_same<H, kflash::half_t>::value ? -11 : -8);
+}
+
+template <class H>
+float round16(float x) {
+  return kflash::impl::widen(kflash::impl::store_as<H>(x));
+}
+
+/// The data rounded to H, so that the reference sees the values kflash reads.
+template <class H>
+AttnData<float> rounded16(AttnData<float> a) {
+  for (auto* v : {&a.q, &a.k, &a.v})
+    for (float& x : *v) x = round16<H>(x);
+  return a;
+}
+
+/// A View of H with the extents of float View f, of layout L (f's layout and strides where L is
+/// f's own), holding f's values rounded to H.
+template <class H, class L, class F>
+auto stored16(const F& f) {
+  using Data = typename DataOfRank<H, int(F::rank)>::type;
+  using View = Kokkos::View<Data, L, AMem>;
+  View h;
+  if constexpr (std::is_same<L, typename F::array_layout>::value) {
+    h = View("h", f.layout());
+  } else if constexpr (F::rank == 3) {
+    h = View("h", f.extent(0), f.extent(1), f.extent(2));
+  } else {
+    h = View("h", f.extent(0), f.extent(1), f.extent(2), f.extent(3));
+  }
+  if constexpr (F::rank == 3) {
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<AExec, Kokkos::Rank<3>>({0, 0, 0}, {f.extent(0), f.extent(1), f.extent(2)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c) {
+          h(a, b, c) = kflash::impl::store_as<H>(f(a, b, c));
+        });
+  } else {
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<AExec, Kokkos::Rank<4>>({0, 0, 0, 0},
+                                                      {f.extent(0), f.extent(1), f.extent(2), f.extent(3)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
+          h(a, b, c, d) = kflash::impl::store_as<H>(f(a, b, c, d));
+        });
+  }
+  return h;
+}
+
+/// f = h widened (the same extents).
+template <class F, class V>
+void widened_into(const F& f, const V& h) {
+  if constexpr (F::rank == 3) {
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<AExec, Kokkos::Rank<3>>({0, 0, 0}, {f.extent(0), f.extent(1), f.extent(2)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c) { f(a, b, c) = kflash::impl::widen(h(a, b, c)); });
+  } else {
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<AExec, Kokkos::Rank<4>>({0, 0, 0, 0},
+                                                      {f.extent(0), f.extent(1), f.extent(2), f.extent(3)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
+          f(a, b, c, d) = kflash::impl::widen(h(a, b, c, d));
+        });
+  }
+  Kokkos::fence();
+}
+
+/// Runs kflash::attention on q, k, v and o stored in H (in the float Views' layout, or LayoutLeft
+/// with `left`), lse and the options in float; o's 16-bit result comes back widened into o.
+template <class H, bool left = false>
+struct StoredAs16 {
+  template <class Q, class K, class V, class O, class L>
+  void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
+                  const L& lse) const {
+    const auto store = [](const auto& f) {
+      using F = std::decay_t<decltype(f)>;
+      using Layout = std::conditional_t<left, Kokkos::LayoutLeft, typename F::array_layout>;
+      return stored16<H, Layout>(f);
+    };
+    const auto o16 = store(o);
+    kflash::attention(AExec(), store(q), store(k), store(v), o16, opt, lse);
+    widened_into(o, o16);
+  }
+};
+
+/// Makes attention_tolerance() add the 16-bit outputs' rounding while it lives.
+struct Storage16Scope {
+  explicit Storage16Scope(ld r) { storage_rounding() = r; }
+  ~Storage16Scope() { storage_rounding() = 0; }
+};
+
+template <class H>
+void half_attention_cases() {
+  const Storage16Scope scope(rounding16<H>());
+  const std::string type = name16<H>();
+  // Prefill with GQA (K/V transposed and packed once per head), causal and not, every schedule
+  // (split K/V merges float parts into the 16-bit o), dense and (B, N, H, D) strides.
+  for (bool causal : {false, true}) {
+    AttnShape s{2, 4, 2, 70, 150, 64, 64, causal};
+    const auto a = rounded16<H>(make_attn_data<float>(s, 101));
+    for (const auto& opt : schedules(causal))
+      for (bool bnhd : {false, true}) {
+        run_attention<float>(a, opt, bnhd, type + " prefill", StoredAs16<H>());
+        if (::testing::Test::HasFailure()) return;
+      }
+  }
+  // Decode (a K/V head's 8 query rows: K read by rows), Dv != D (V padded), a block of one row.
+  for (const AttnShape& s :
+       {AttnShape{1, 8, 1, 1, 300, 64, 64}, AttnShape{1, 2, 2, 33, 90, 32, 40}, AttnShape{1, 1, 1, 1, 5, 8, 8}}) {
+    const auto a = rounded16<H>(make_attn_data<float>(s, 103));
+    for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " decode", StoredAs16<H>());
+  }
+  // LayoutLeft: no unit stride along D, every element staged by itself.
+  {
+    AttnShape s{1, 2, 1, 20, 45, 16, 24, true};
+    const auto a = rounded16<H>(make_attn_data<float>(s, 105));
+    run_attention<float>(a, schedules(true)[0], false, type + " LayoutLeft", StoredAs16<H, true>());
+  }
+  // Every score option at once (softcap, ALiBi, sinks, bias, mask hiding one row whole), and a
+  // window, with float option Views.
+  {
+    AttnShape s{2, 4, 4, 40, 60, 32, 32};
+    const auto a = rounded16<H>(make_attn_data<float>(s, 107, 2.0));
+    RefTerms t;
+    t.softcap = 5;
+    t.left = 30;
+    t.slopes = rounded<float>(uniform_values<float>(s.Hq, 108, 0.01L, 0.2L));
+    t.sinks = rounded<float>(uniform_values<float>(s.Hq, 109, -1, 1));
+    t.bias = rounded<float>(uniform_values<float>(s.B * s.Hq * s.Nq * s.Nk, 110, -1, 1));
+    t.bias_b = s.B, t.bias_h = s.Hq;
+    t.mask.assign(s.Nq * s.Nk, 1);
+    for (std::size_t i = 0; i < t.mask.size(); i += 7) t.mask[i] = 0;
+    for (std::size_t j = 0; j < s.Nk; ++j) t.mask[3 * s.Nk + j] = 0;  // row 3 sees no key (the sink only)
+    for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " options", StoredAs16<H>(), t);
+  }
+  // Sequences of their own lengths: varlen (packed, and strided windows of a padded buffer) and
+  // paged K/V (decode and prefill).
+  for (bool causal : {false, true}) {
+    std::vector<AttnData<float>> seqs =
+        make_sequences<float>({0, 4, 2, 0, 0, 32, 16, causal}, {9, 0, 40, 1}, {30, 5, 70, 1}, 111);
+    for (auto& q : seqs) q = rounded16<H>(q);
+    const kflash::AttentionOptions opt = schedules(causal)[0];
+    run_varlen<float>(seqs, opt, {}, type, StoredAs16<H>());
+    run_varlen<float>(seqs, opt, {}, type + " strided", StoredAs16<H>(), true);
+    for (std::size_t nq : {std::size_t(1), std::size_t(12)}) {
+      std::vector<AttnData<float>> paged =
+          make_sequences<float>({0, 4, 1, 0, 0, 32, 32, causal}, {nq, nq}, {50, 130}, 113);
+      for (auto& q : paged) q = rounded16<H>(q);
+      run_paged<float>(paged, 16, opt, {}, type, StoredAs16<H>());
+    }
+  }
+}
+
+/// merge_attention of 16-bit parts (lse float): attention over three key ranges into 16-bit parts,
+/// merged into a 16-bit o, against the reference over all keys. Each part is rounded once, and the
+/// merge once more: the bound is the rounding of the largest part and of the result, plus float's.
+template <class H>
+void half_merge_case() {
+  const AttnShape s{1, 4, 2, 9, 100, 32, 24};
+  const auto a = rounded16<H>(make_attn_data<float>(s, 115));
+  const std::vector<std::size_t> cuts{0, 10, 55, 100};
+  const std::size_t parts = cuts.size() - 1;
+  const auto q = stored16<H, Kokkos::LayoutRight>(make_tensor<float>(s.B, s.Hq, s.Nq, s.D, false, a.q).view);
+  const auto k = stored16<H, Kokkos::LayoutRight>(make_tensor<float>(s.B, s.Hk, s.Nk, s.D, false, a.k).view);
+  const auto v = stored16<H, Kokkos::LayoutRight>(make_tensor<float>(s.B, s.Hk, s.Nk, s.Dv, false, a.v).view);
+  Kokkos::View<H*****, AMem> o_parts("o_parts", parts, s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<float****, AMem> lse_parts("lse_parts", parts, s.B, s.Hq, s.Nq);
+  for (std::size_t p = 0; p < parts; ++p) {
+    const auto keys = std::make_pair(cuts[p], cuts[p + 1]);
+    kflash::attention(AExec(), q, Kokkos::subview(k, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL),
+                      Kokkos::subview(v, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL),
+                      Kokkos::subview(o_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+                      kflash::AttentionOptions(), Kokkos::subview(lse_parts, p, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+  }
+  Kokkos::View<H****, AMem> o16("o", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<float****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<float***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  kflash::merge_attention(AExec(), o_parts, lse_parts, o16, lse);
+  widened_into(o, o16);
+  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o_parts);
+  ld max_part = 0;
+  for (std::size_t i = 0; i < hp.span(); ++i)
+    max_part = std::max<ld>(max_part, std::fabs(kflash::impl::widen(hp.data()[i])));
+  const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)));
+  const ld tol = attention_tolerance<float>(ref) + rounding16<H>() * max_part / ref.max_abs_o;
+  expect_attention_matches<float>(ref, flatten4(o), flatten3(lse), tol, std::string(name16<H>()) + " merge_attention");
+}
+
+TEST(TEST_CATEGORY, HalfAttention) {
+  half_attention_cases<kflash::bhalf_t>();
+  if (::testing::Test::HasFailure()) return;
+  half_attention_cases<kflash::half_t>();
+}
+
+TEST(TEST_CATEGORY, HalfAttentionMerge) {
+  {
+    const Storage16Scope scope(rounding16<kflash::bhalf_t>());
+    half_merge_case<kflash::bhalf_t>();
+  }
+  const Storage16Scope scope(rounding16<kflash::half_t>());
+  half_merge_case<kflash::half_t>();
+}
+
+}  // namespace kflash_test
