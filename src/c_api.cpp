@@ -149,7 +149,7 @@ void attention_call(const char* function, kflash_memory memory, const kflash_arr
   const kflash_array& vv = required<T>(function, "v", v, R);
   const kflash_array& oo = required<T>(function, "o", o, R, true);
   const bool has_lse = lse != nullptr && lse->data != nullptr;
-  if (has_lse) required<T>(function, "lse", lse, R - 1, true);
+  if (has_lse) required<kflash::impl::arith_t<T>>(function, "lse", lse, R - 1, true);
   on_memory(function, memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     const kflash::AttentionOptions opt = cxx_options<Exec>(function, options);
@@ -157,7 +157,8 @@ void attention_call(const char* function, kflash_memory memory, const kflash_arr
     const auto kv = strided_view<Exec, const T, R>(kk);
     const auto vv_ = strided_view<Exec, const T, R>(vv);
     const auto ov = strided_view<Exec, T, R>(oo);
-    if (has_lse) kflash::attention(exec, qv, kv, vv_, ov, opt, strided_view<Exec, T, R - 1>(*lse));
+    if (has_lse)
+      kflash::attention(exec, qv, kv, vv_, ov, opt, strided_view<Exec, kflash::impl::arith_t<T>, R - 1>(*lse));
     else kflash::attention(exec, qv, kv, vv_, ov, opt);
     exec.fence();
   });
@@ -229,13 +230,14 @@ template <class T>
 void merge_typed(const char* function, kflash_memory memory, const kflash_array* o_parts,
                  const kflash_array* lse_parts, const kflash_array* o, const kflash_array* lse) {
   const kflash_array& op = required<T>(function, "o_parts", o_parts, 5);
-  const kflash_array& lp = required<T>(function, "lse_parts", lse_parts, 4);
+  using A = kflash::impl::arith_t<T>;  // lse_parts' and lse's type: float32 for 16-bit parts
+  const kflash_array& lp = required<A>(function, "lse_parts", lse_parts, 4);
   const kflash_array& ov = required<T>(function, "o", o, 4, true);
-  const kflash_array& lv = required<T>(function, "lse", lse, 3, true);
+  const kflash_array& lv = required<A>(function, "lse", lse, 3, true);
   on_memory(function, memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
-    kflash::merge_attention(exec, strided_view<Exec, const T, 5>(op), strided_view<Exec, const T, 4>(lp),
-                            strided_view<Exec, T, 4>(ov), strided_view<Exec, T, 3>(lv));
+    kflash::merge_attention(exec, strided_view<Exec, const T, 5>(op), strided_view<Exec, const A, 4>(lp),
+                            strided_view<Exec, T, 4>(ov), strided_view<Exec, A, 3>(lv));
     exec.fence();
   });
 }
@@ -347,7 +349,7 @@ kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, cons
     check_memory(fn, memory);
     const kflash_attention_options known =
         known_options(fn, options, kflash_attention_options_init, "kflash_attention_options_init", sizeof(double));
-    on_float_type(fn, "q", q, [&](auto t) { attention_typed<decltype(t)>(fn, memory, q, k, v, o, lse, known); });
+    on_float_type<true>(fn, "q", q, [&](auto t) { attention_typed<decltype(t)>(fn, memory, q, k, v, o, lse, known); });
   });
 }
 
@@ -379,8 +381,8 @@ kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o
   const char* fn = "kflash_merge_attention";
   return guarded(fn, [&] {
     check_memory(fn, memory);
-    on_float_type(fn, "o_parts", o_parts,
-                  [&](auto t) { merge_typed<decltype(t)>(fn, memory, o_parts, lse_parts, o, lse); });
+    on_float_type<true>(fn, "o_parts", o_parts,
+                        [&](auto t) { merge_typed<decltype(t)>(fn, memory, o_parts, lse_parts, o, lse); });
   });
 }
 

@@ -29,6 +29,8 @@ inline const char* dtype_name(int dtype) {
     case KFLASH_BOOL: return "bool";
     case KFLASH_INT32: return "int32";
     case KFLASH_INT64: return "int64";
+    case KFLASH_BFLOAT16: return "bfloat16";
+    case KFLASH_FLOAT16: return "float16";
     default: return "not a kflash_dtype";
   }
 }
@@ -39,6 +41,8 @@ constexpr kflash_dtype dtype_of() {
   else if constexpr (std::is_same<T, double>::value) return KFLASH_FLOAT64;
   else if constexpr (std::is_same<T, bool>::value) return KFLASH_BOOL;
   else if constexpr (std::is_same<T, std::int32_t>::value) return KFLASH_INT32;
+  else if constexpr (std::is_same<T, kflash::bhalf_t>::value) return KFLASH_BFLOAT16;
+  else if constexpr (std::is_same<T, kflash::half_t>::value) return KFLASH_FLOAT16;
   else return KFLASH_INT64;
 }
 
@@ -53,7 +57,7 @@ inline std::string describe(const char* name, const kflash_array& a) {
 /// and strides >= 0, an element count and a span (from the first element to the last) that fit in
 /// 63 bits, and data when it holds elements.
 inline void check_array(const char* function, const char* name, const kflash_array& a) {
-  if (a.dtype < KFLASH_FLOAT32 || a.dtype > KFLASH_INT64)
+  if (a.dtype < KFLASH_FLOAT32 || a.dtype > KFLASH_FLOAT16)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + ".dtype = " + std::to_string(int(a.dtype)) +
                                                       " is not a kflash_dtype");
   if (a.rank < 1 || a.rank > KFLASH_MAX_RANK)
@@ -78,7 +82,8 @@ inline void check_array(const char* function, const char* name, const kflash_arr
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + " has elements but its data is NULL");
 }
 
-/// A required array: not NULL, of the rank the call takes and of dtype T. An output (`written`)
+/// A required array: not NULL, of the rank the call takes and of dtype T (the first array's, or
+/// float32 for the lse of 16-bit arrays). An output (`written`)
 /// may not give a stride of 0 to an extent above 1 (unless all strides are 0: contiguous), which
 /// would write its elements over each other.
 template <class T>
@@ -149,6 +154,9 @@ kflash::OptionView option_view(const char* function, const char* name, const kfl
   check_array(function, name, a);
   if (a.rank > 4)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, a) + ": options have rank 4 at most");
+  if (a.dtype == KFLASH_BFLOAT16 || a.dtype == KFLASH_FLOAT16)
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         describe(name, a) + ": options hold float32 or float64 (float32 for 16-bit q, k, v), bool or integers");
   switch (a.dtype) {
     case KFLASH_FLOAT32: return option_of_rank<Exec, float>(a);
     case KFLASH_FLOAT64: return option_of_rank<Exec, double>(a);

@@ -94,16 +94,21 @@ Options known_options(const char* function, const Options* given, void (*init)(O
   return o;
 }
 
-/// The floating type of a call's first array: calls f(T()) for T float or double.
-template <class F>
+/// The floating type of a call's first array: calls f(T()) for T float or double, and with Takes16
+/// also kflash::bhalf_t or kflash::half_t (bfloat16, float16).
+template <bool Takes16 = false, class F>
 void on_float_type(const char* function, const char* name, const kflash_array* first, F&& f) {
   if (first == nullptr) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, std::string(name) + " is NULL");
   check_array(function, name, *first);
-  if (first->dtype == KFLASH_FLOAT32) f(float());
-  else if (first->dtype == KFLASH_FLOAT64) f(double());
-  else
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
+  if (first->dtype == KFLASH_FLOAT32) return f(float());
+  if (first->dtype == KFLASH_FLOAT64) return f(double());
+  if constexpr (Takes16) {
+    if (first->dtype == KFLASH_BFLOAT16) return f(kflash::bhalf_t());
+    if (first->dtype == KFLASH_FLOAT16) return f(kflash::half_t());
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         describe(name, *first) + " must be float32, float64, bfloat16 or float16");
+  }
+  fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
 }
-
 
 }  // namespace

@@ -121,6 +121,10 @@ typedef enum kflash_dtype {
   KFLASH_BOOL = 2, /* C's _Bool, C++'s bool, Fortran's logical(c_bool) */
   KFLASH_INT32 = 3,
   KFLASH_INT64 = 4,
+  /* 16-bit storage (bits as uint16_t) for q, k, v, o of kflash_attention and o_parts, o of
+   * kflash_merge_attention; their lse, lse_parts and option arrays are then float32. */
+  KFLASH_BFLOAT16 = 5,
+  KFLASH_FLOAT16 = 6, /* IEEE binary16 */
   KFLASH_DTYPE_RANGE_MIN_ = -2147483647 - 1,
   KFLASH_DTYPE_RANGE_MAX_ = 2147483647
 } kflash_dtype;
@@ -153,9 +157,9 @@ typedef struct kflash_attention_options {
   int causal;   /* nonzero: bottom-right causal mask */
   int window_left, window_right; /* -1: unbounded */
   double softcap;                /* 0: off */
-  kflash_array alibi_slopes;     /* (Hq) or (B, Hq), q's type */
-  kflash_array sinks;            /* (Hq), q's type */
-  kflash_array bias;             /* (B or 1, Hq or 1, Nq, Nk), q's type */
+  kflash_array alibi_slopes;     /* (Hq) or (B, Hq), q's type (float32 for 16-bit q) */
+  kflash_array sinks;            /* (Hq), q's type (float32 for 16-bit q) */
+  kflash_array bias;             /* (B or 1, Hq or 1, Nq, Nk), q's type (float32 for 16-bit q) */
   kflash_array mask;             /* same shape, KFLASH_BOOL: false hides the pair */
   kflash_array cu_seqlens_q;     /* varlen: (B + 1) offsets; q, k, v, o then have rank 3 */
   kflash_array cu_seqlens_k;
@@ -169,8 +173,9 @@ void kflash_attention_options_init(kflash_attention_options* options);
 
 /* o = softmax(scale q k^T) v, as the C++ kflash::attention: q (B, Hq, Nq, D), k (B, Hk, Nk, D),
  * v (B, Hk, Nk, Dv), o (B, Hq, Nq, Dv), lse (B, Hq, Nq) (data NULL, or lse NULL: not wanted); Hq a
- * multiple of Hk (GQA). q, k, v, o and lse have one floating type, float32 or float64. Varlen and
- * paged KV change the ranks as the options' comments say. options NULL: the defaults. */
+ * multiple of Hk (GQA). q, k, v, o and lse have one floating type, float32 or float64; or q, k, v, o
+ * are bfloat16 or float16 (one of them) and lse float32. Varlen and paged KV change the ranks as the
+ * options' comments say. options NULL: the defaults. */
 kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, const kflash_array* k,
                                const kflash_array* v, const kflash_array* o, const kflash_array* lse,
                                const kflash_attention_options* options);
@@ -188,7 +193,8 @@ kflash_status kflash_attention_backward(kflash_memory memory, const kflash_array
                                         const kflash_array* dbias, const kflash_attention_options* options);
 
 /* Combines results over disjoint key sets: o_parts (S, B, H, N, Dv) and lse_parts (S, B, H, N) give
- * o (B, H, N, Dv) and lse (B, H, N), as the C++ kflash::merge_attention. */
+ * o (B, H, N, Dv) and lse (B, H, N), as the C++ kflash::merge_attention. o_parts and o may be
+ * bfloat16 or float16 (lse_parts and lse then float32). */
 kflash_status kflash_merge_attention(kflash_memory memory, const kflash_array* o_parts,
                                      const kflash_array* lse_parts, const kflash_array* o,
                                      const kflash_array* lse);

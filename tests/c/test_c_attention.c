@@ -1,8 +1,8 @@
 /* kflash_attention, kflash_merge_attention and kflash_attention_backward from C99, against a naive
  * long-double reference: fp32 GQA + causal with q and o in (B, N, H, D) memory (strides), fp64 with
  * a window, softcap and sinks, varlen, a merge of two key halves, an options struct of an older
- * (shorter) header, the gradients with every option of the fp64 case, and bad input: each error
- * returns its status, names the argument and writes nothing. */
+ * (shorter) header, 16-bit q, k, v, o and their merge, the gradients with every option of the fp64
+ * case, and bad input: each error returns its status, names the argument and writes nothing. */
 #include <kflash/kflash.h>
 
 #include "c_check.h"
@@ -361,6 +361,110 @@ static void merge(void) {
   CHECK(worst <= 1e-13, "merge of two halves against one call: worst error %g", worst);
 }
 
+/* A value k / 64 (|k| <= 128, exact in both 16-bit formats) as bfloat16 or float16 bits. */
+static uint16_t encode16(double x, int f16) {
+  if (!f16) {
+    const float f = (float)x;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint16_t)(bits >> 16);
+  }
+  if (x == 0) return 0;
+  int e;
+  const double m = frexp(fabs(x), &e); /* |x| = (2m) 2^(e - 1), 2m in [1, 2) */
+  return (uint16_t)((x < 0 ? 0x8000u : 0u) | ((unsigned)(e - 1 + 15) << 10) | (unsigned)((2 * m - 1) * 1024));
+}
+
+static double decode16(uint16_t h, int f16) {
+  if (!f16) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  const int e = (h >> 10) & 31, frac = h & 1023;
+  const double mag = e == 31 ? (frac ? NAN : INFINITY) : e == 0 ? ldexp(frac, -24) : ldexp(1024 + frac, e - 25);
+  return h & 0x8000 ? -mag : mag;
+}
+
+/* 16-bit q, k, v, o (GQA, causal) with float32 lse, then a merge of two 16-bit parts: o within one
+ * rounding of the 16-bit type (2^-8 of max |ref| for bfloat16, 2^-11 for float16) plus float's error;
+ * lse of another dtype than float32 is refused. */
+static void attention_16_bit(int f16) {
+  problem p = {1, 4, 2, 20, 33, 16, 16, {0}, {0}, {0}, {0}, 0, 0, 1, -1, -1, NULL};
+  p.scale = 1 / sqrtl(16);
+  row_major(p.qs, p.Hq, p.Nq, p.D), row_major(p.ks, p.Hk, p.Nk, p.D), row_major(p.vs, p.Hk, p.Nk, p.Dv);
+  row_major(p.os, p.Hq, p.Nq, p.Dv);
+  enum { NQ = 4 * 20 * 16, NK = 2 * 33 * 16, NL = 4 * 20 };
+  uint16_t q[NQ], k[NK], v[NK], o[NQ], parts[2 * NQ];
+  double qd[NQ], kd[NK], vd[NK];
+  float lse[NL], part_lse[2 * NL];
+  long double ref[NQ], ref_lse[NL];
+  for (int i = 0; i < NQ; ++i) qd[i] = floor(uniform(-128, 129)) / 64, q[i] = encode16(qd[i], f16), o[i] = 0x7E00;
+  for (int i = 0; i < NK; ++i) kd[i] = floor(uniform(-128, 129)) / 64, k[i] = encode16(kd[i], f16);
+  for (int i = 0; i < NK; ++i) vd[i] = floor(uniform(-64, 65)) / 64, v[i] = encode16(vd[i], f16);
+  reference(&p, qd, kd, vd, ref, ref_lse);
+  const kflash_dtype type = f16 ? KFLASH_FLOAT16 : KFLASH_BFLOAT16;
+  const int64_t eq[4] = {1, 4, 20, 16}, ek[4] = {1, 2, 33, 16}, el[3] = {1, 4, 20}, eparts[5] = {2, 1, 4, 20, 16},
+                elparts[4] = {2, 1, 4, 20};
+  kflash_array aq = array(q, type, 4, eq), ak = array(k, type, 4, ek), av = array(v, type, 4, ek),
+               ao = array(o, type, 4, eq), al = array(lse, KFLASH_FLOAT32, 3, el);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.causal = 1;
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  const char* name = f16 ? "float16" : "bfloat16";
+  long double max_ref = 0;
+  for (int i = 0; i < NQ; ++i) max_ref = fmaxl(max_ref, fabsl(ref[i]));
+  double bound = (double)(ldexpl(max_ref, f16 ? -11 : -8) + 1e-5L);
+  double worst = 0, worst_lse = 0;
+  for (int i = 0; i < NQ; ++i) worst = fmax(worst, (double)fabsl(decode16(o[i], f16) - ref[i]));
+  for (int i = 0; i < NL; ++i)
+    worst_lse = fmax(worst_lse, (double)(fabsl(lse[i] - ref_lse[i]) / (1 + fabsl(ref_lse[i]))));
+  CHECK(worst <= bound, "%s attention: worst |o - ref| %g over %g", name, worst, bound);
+  CHECK(worst_lse <= 3e-6, "%s attention: worst lse error %g", name, worst_lse);
+
+  /* Keys [0, 15) and [15, 33) into 16-bit parts (not causal), merged: each part and the result
+   * rounded once. */
+  p.causal = 0, opt.causal = 0;
+  reference(&p, qd, kd, vd, ref, ref_lse);
+  max_ref = 0;
+  for (int i = 0; i < NQ; ++i) max_ref = fmaxl(max_ref, fabsl(ref[i]));
+  bound = (double)(ldexpl(max_ref, f16 ? -11 : -8) + 1e-5L);
+  for (int s = 0; s < 2; ++s) {
+    kflash_array ks = ak, vs = av;
+    const int64_t first = s == 0 ? 0 : 15;
+    ks.extent[2] = vs.extent[2] = s == 0 ? 15 : 33 - 15;
+    ks.stride[0] = vs.stride[0] = 2 * 33 * 16, ks.stride[1] = vs.stride[1] = 33 * 16;
+    ks.stride[2] = vs.stride[2] = 16, ks.stride[3] = vs.stride[3] = 1;
+    ks.data = k + first * 16, vs.data = v + first * 16;
+    kflash_array ap = array(parts + s * NQ, type, 4, eq), alp = array(part_lse + s * NL, KFLASH_FLOAT32, 3, el);
+    CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ks, &vs, &ap, &alp, &opt) == KFLASH_SUCCESS, "%s",
+          kflash_last_error());
+  }
+  double max_part = 0;
+  for (int i = 0; i < 2 * NQ; ++i) max_part = fmax(max_part, fabs(decode16(parts[i], f16)));
+  kflash_array aparts = array(parts, type, 5, eparts), alparts = array(part_lse, KFLASH_FLOAT32, 4, elparts);
+  CHECK(kflash_merge_attention(KFLASH_MEMORY_HOST, &aparts, &alparts, &ao, &al) == KFLASH_SUCCESS, "%s",
+        kflash_last_error());
+  worst = 0;
+  for (int i = 0; i < NQ; ++i) worst = fmax(worst, (double)fabsl(decode16(o[i], f16) - ref[i]));
+  const double merge_bound = bound + ldexp(max_part, f16 ? -11 : -8);
+  CHECK(worst <= merge_bound, "%s merge: worst |o - ref| %g over %g", name, worst, merge_bound);
+
+  /* lse in the 16-bit type, and a 16-bit option array, are refused. */
+  kflash_array al16 = array(o, type, 3, el);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al16, &opt) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "lse (1, 4, 20)") != NULL && strstr(kflash_last_error(), "float32") != NULL,
+        "%s lse: %s", name, kflash_last_error());
+  const int64_t eh[1] = {4};
+  opt.sinks = array(q, type, 1, eh);
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "sinks (4)") != NULL,
+        "%s sinks: %s", name, kflash_last_error());
+}
+
 /* A program built against an older header passes a shorter struct: the fields it covers count, the
  * later ones keep their defaults (here: causal set, the sinks field beyond its size ignored). */
 static void older_options(void) {
@@ -482,6 +586,8 @@ int main(void) {
   attention_f64_window_sinks();
   attention_varlen();
   merge();
+  attention_16_bit(0);
+  attention_16_bit(1);
   older_options();
   errors();
   attention_backward_f64();

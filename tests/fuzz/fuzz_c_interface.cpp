@@ -1,5 +1,5 @@
 // libFuzzer harness over the C interface (include/kflash/kflash.h): any bytes become one call,
-// kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (every option array, varlen, paged)
+// kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (fp32, fp64, bf16, fp16; every option array, varlen, paged)
 // or kflash_attention_backward (the same arrays, o and lse as inputs, the gradients as outputs),
 // or kflash_merge_attention, kflash_cross_entropy or its _backward, with descriptors drawn from the bytes: mostly consistent shapes, then
 // any field changed to any value (ranks, dtypes, negative or huge extents and strides, index arrays
@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -67,6 +68,7 @@ std::size_t element_size(kflash_dtype t) {
     case KFLASH_FLOAT32: case KFLASH_INT32: return 4;
     case KFLASH_FLOAT64: case KFLASH_INT64: return 8;
     case KFLASH_BOOL: return 1;
+    case KFLASH_BFLOAT16: case KFLASH_FLOAT16: return 2;
     default: return 8;
   }
 }
@@ -122,6 +124,7 @@ class Call {
         case KFLASH_INT32: { const std::int32_t v = std::int32_t(in_.extent(0, 2 * index_range)); std::memcpy(p, &v, 4); break; }
         case KFLASH_INT64: { const std::int64_t v = in_.extent(0, 2 * index_range); std::memcpy(p, &v, 8); break; }
         case KFLASH_BOOL: *p = in_.byte() & 1; break;  // only 0 and 1 are values of bool
+        case KFLASH_BFLOAT16: case KFLASH_FLOAT16: { const std::uint16_t v = std::uint16_t(in_.bits(16)); std::memcpy(p, &v, 2); break; }
         default: { const double d = in_.real(); std::memcpy(p, &d, 8); break; }
       }
     }
@@ -150,7 +153,7 @@ class Call {
         case 1: a.rank = int(in_.byte()) - 2; break;
         case 2: a.extent[in_.byte() % KFLASH_MAX_RANK] = in_.extent(0, 40); break;
         case 3: a.stride[in_.byte() % KFLASH_MAX_RANK] = in_.extent(0, 40); break;
-        default: a.dtype = kflash_dtype(in_.byte() % 5); break;
+        default: a.dtype = kflash_dtype(in_.byte() % 7); break;
       }
     }
     return a;
@@ -308,8 +311,16 @@ void fuzz_row_grads(Bytes& in) {
   call.check(names[f64][op], f64 ? run(static_cast<double*>(nullptr)) : run(static_cast<float*>(nullptr)));
 }
 
+/// q's dtype for an attention or merge call, and that of its lse and option arrays (float32 where q
+/// is 16-bit).
+std::pair<kflash_dtype, kflash_dtype> attention_dtypes(Bytes& in) {
+  const kflash_dtype types[4] = {KFLASH_FLOAT32, KFLASH_FLOAT64, KFLASH_BFLOAT16, KFLASH_FLOAT16};
+  const kflash_dtype t = types[in.byte() % 4];
+  return {t, t == KFLASH_BFLOAT16 || t == KFLASH_FLOAT16 ? KFLASH_FLOAT32 : t};
+}
+
 void fuzz_attention(Bytes& in) {
-  const kflash_dtype t = in.byte() & 1 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+  const auto [t, ts] = attention_dtypes(in);
   const kflash_memory memory = memory_kind(in);
   const std::int64_t B = 1 + in.byte() % 3, Hk = 1 + in.byte() % 2, Hq = Hk * (1 + in.byte() % 3);
   const std::int64_t Nq = in.byte() % 9, Nk = in.byte() % 13, D = 1 + in.byte() % 9, Dv = 1 + in.byte() % 9;
@@ -321,7 +332,7 @@ void fuzz_attention(Bytes& in) {
   kflash_attention_options_init(&opt);
   kflash_array q, k, v, o, lse;
   if (kind == 2) {
-    q = call.array(t, {B * Nq, Hq, D}), o = call.array(t, {B * Nq, Hq, Dv}), lse = call.array(t, {B * Nq, Hq});
+    q = call.array(t, {B * Nq, Hq, D}), o = call.array(t, {B * Nq, Hq, Dv}), lse = call.array(ts, {B * Nq, Hq});
     k = call.array(t, {B * Nk, Hk, D}), v = call.array(t, {B * Nk, Hk, Dv});
     opt.cu_seqlens_q = call.array(in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32, {B + 1});
     opt.cu_seqlens_k = call.array(in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32, {B + 1});
@@ -329,14 +340,14 @@ void fuzz_attention(Bytes& in) {
     call.allocate(opt.cu_seqlens_k, false, B * Nk / 2 + 1);
   } else if (kind == 3) {
     const std::int64_t pages = 1 + in.byte() % 6, page_size = 1 + in.byte() % 4, max_pages = 1 + in.byte() % 4;
-    q = call.array(t, {B, Hq, Nq, D}), o = call.array(t, {B, Hq, Nq, Dv}), lse = call.array(t, {B, Hq, Nq});
+    q = call.array(t, {B, Hq, Nq, D}), o = call.array(t, {B, Hq, Nq, Dv}), lse = call.array(ts, {B, Hq, Nq});
     k = call.array(t, {pages, page_size, Hk, D}), v = call.array(t, {pages, page_size, Hk, Dv});
     opt.block_table = call.array(in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32, {B, max_pages});
     opt.cache_seqlens = call.array(in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32, {B});
     call.allocate(opt.block_table, false, pages / 2 + 1);
     call.allocate(opt.cache_seqlens, false, page_size * max_pages / 2 + 1);
   } else {
-    q = call.array(t, {B, Hq, Nq, D}), o = call.array(t, {B, Hq, Nq, Dv}), lse = call.array(t, {B, Hq, Nq});
+    q = call.array(t, {B, Hq, Nq, D}), o = call.array(t, {B, Hq, Nq, Dv}), lse = call.array(ts, {B, Hq, Nq});
     k = call.array(t, {B, Hk, Nk, D}), v = call.array(t, {B, Hk, Nk, Dv});
   }
   call.allocate(q, false), call.allocate(k, false), call.allocate(v, false);
@@ -353,10 +364,10 @@ void fuzz_attention(Bytes& in) {
   opt.window_left = in.chance(200) ? -1 : int(in.extent(-2, 8));
   opt.window_right = in.chance(200) ? -1 : int(in.extent(-2, 8));
   opt.softcap = in.chance(220) ? 0 : in.real();
-  if (in.chance(30)) call.allocate(opt.alibi_slopes = call.array(t, {Hq}), false);
-  if (in.chance(30)) call.allocate(opt.sinks = call.array(t, {Hq}), false);
+  if (in.chance(30)) call.allocate(opt.alibi_slopes = call.array(ts, {Hq}), false);
+  if (in.chance(30)) call.allocate(opt.sinks = call.array(ts, {Hq}), false);
   const std::int64_t bias_rows = Nq, bias_keys = kind == 3 ? 4 * Nk : Nk;
-  if (in.chance(30)) call.allocate(opt.bias = call.array(t, {B, Hq, bias_rows, bias_keys}), false);
+  if (in.chance(30)) call.allocate(opt.bias = call.array(ts, {B, Hq, bias_rows, bias_keys}), false);
   if (in.chance(30)) call.allocate(opt.mask = call.array(KFLASH_BOOL, {B, 1, bias_rows, bias_keys}), false);
   opt.schedule = in.chance(220) ? KFLASH_SCHEDULE_AUTOMATIC : kflash_schedule(int(in.extent(0, 4)));
   opt.num_splits = in.chance(200) ? 0 : int(in.extent(-1, 9));
@@ -393,8 +404,8 @@ void fuzz_attention(Bytes& in) {
       if (in.chance(12)) call.alias(*g);
       else call.allocate(*g, true);
     }
-    if (in.chance(40)) call.allocate(dsinks = call.array(t, {Hq}), true);
-    if (in.chance(40)) call.allocate(dbias = call.array(t, {B, Hq, bias_rows, bias_keys}), true);
+    if (in.chance(40)) call.allocate(dsinks = call.array(ts, {Hq}), true);
+    if (in.chance(40)) call.allocate(dbias = call.array(ts, {B, Hq, bias_rows, bias_keys}), true);
     const kflash_status s =
         kflash_attention_backward(memory, in.chance(4) ? nullptr : &q, &k, &v, &o, in.chance(4) ? nullptr : &lse,
                                   &dout, &dq, &dk, &dv, in.chance(8) ? nullptr : &dsinks,
@@ -408,13 +419,13 @@ void fuzz_attention(Bytes& in) {
 }
 
 void fuzz_merge(Bytes& in) {
-  const kflash_dtype t = in.byte() & 1 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+  const auto [t, ts] = attention_dtypes(in);
   const kflash_memory memory = memory_kind(in);
   const std::int64_t S = in.byte() % 4, B = 1 + in.byte() % 2, H = 1 + in.byte() % 3, N = in.byte() % 6,
                      Dv = 1 + in.byte() % 9;
   Call call(in);
-  kflash_array op = call.array(t, {S, B, H, N, Dv}), lp = call.array(t, {S, B, H, N});
-  kflash_array o = call.array(t, {B, H, N, Dv}), lse = call.array(t, {B, H, N});
+  kflash_array op = call.array(t, {S, B, H, N, Dv}), lp = call.array(ts, {S, B, H, N});
+  kflash_array o = call.array(t, {B, H, N, Dv}), lse = call.array(ts, {B, H, N});
   call.allocate(op, false), call.allocate(lp, false);
   if (in.chance(16)) call.alias(o);
   else call.allocate(o, true);
