@@ -1,9 +1,11 @@
 // The host kernels' attention tile: the scores by a micro-GEMM, each row's tile step (score stage,
 // tile state, merge: include/kflash/impl/tile/attention_step.hpp) on vector lanes, then O = fa O +
-// (fb P) V by a micro-GEMM; and the plain products of the backward's tiles.
+// (fb P) V by a micro-GEMM (16-bit K and V rows widened as the products load them); and the plain
+// products of the backward's tiles.
 #pragma once
 
 #include "gemm.hpp"
+#include "half_rows.hpp"
 #include "vector_lanes.hpp"
 
 #include <cstdint>
@@ -53,14 +55,29 @@ void score_stage_row(T* s, const KeyRange& keys, T softcap, T inv_softcap, const
   }
 }
 
+/// Calls f with a null pointer of the 16-bit operand type (kflash's Bfloat16 or Float16) of format.
+template <class F>
+void with_operand16(Storage16 format, F&& f) {
+  if (format == Storage16::bf16) f(static_cast<const Bfloat16*>(nullptr));
+  else f(static_cast<const Float16*>(nullptr));
+}
+
 template <class T, int VB>
 void attention_tile(const AttentionTile<T>& t) {
   constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors, DB = HostTraits::dot_block;
   static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
+  constexpr bool takes16 = std::is_same<T, float>::value;
   if (t.part != TilePart::update) {
     if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
       gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.k_next, t.nk_next);
+    } else if (t.k16 != nullptr) {  // the same from 16-bit rows
+      if constexpr (takes16)
+        with_operand16(t.format, [&](auto format) {
+          using B = std::remove_cv_t<std::remove_pointer_t<decltype(format)>>;
+          gemm_nt<T, VB, DB, DB, B>(t.q, t.D, reinterpret_cast<const B*>(t.k16), t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
+                                    reinterpret_cast<const B*>(t.k16_next), t.nk_next);
+        });
     } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
       gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, t.bk, t.D);
     }
@@ -83,7 +100,16 @@ void attention_tile(const AttentionTile<T>& t) {
         for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
     }
   }
-  gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
+  if (t.v16 == nullptr) {
+    gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
+  } else if constexpr (takes16) {
+    with_operand16(t.format, [&](auto format) {
+      using B = std::remove_cv_t<std::remove_pointer_t<decltype(format)>>;
+      gemm<T, R, NV, VB, true, NV, R * NV / 2, false, B>(t.s, t.bk, reinterpret_cast<const B*>(t.v16), t.ldv, t.o,
+                                                          t.dvp, t.rows, t.dvp, t.nk,
+                                                          reinterpret_cast<const B*>(t.v16_next), t.nk_next);
+    });
+  }
 }
 
 template <class T, int VB>

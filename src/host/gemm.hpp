@@ -24,10 +24,10 @@ inline void prefetch_l2(const void* p) {
 /// transposed: element (r, k) at a[k * lda + r]), b (K x C, ldb), c (R x C, ldc), C = NV * VB /
 /// sizeof(T). The accumulators are R x NV vectors; each step of k loads NV vectors of b and
 /// broadcasts one element of a per row, and asks for the same columns of row k of next where
-/// k < next_rows.
-template <class T, int R, int NV, int VB, bool Accumulate, bool AT = false>
-inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K,
-                       const T* next, index_t next_rows) {
+/// k < next_rows. b holds B (Operand: T, or 16-bit values widened to float as they load).
+template <class T, int R, int NV, int VB, bool Accumulate, bool AT = false, class B = T>
+inline void gemm_block(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t K,
+                       const B* next, index_t next_rows) {
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
   typename V::type acc[R][NV];
@@ -41,7 +41,7 @@ inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, i
     }
   for (index_t k = 0; k < K; ++k) {
     typename V::type bk[NV];
-    for (int j = 0; j < NV; ++j) V::load(bk[j], b + k * ldb + j * W);
+    for (int j = 0; j < NV; ++j) Operand<T, VB, B>::load(bk[j], b + k * ldb + j * W);
     if (k < next_rows)
       for (int j = 0; j < NV; ++j) prefetch_l2(next + k * ldb + j * W);
     for (int r = 0; r < R; ++r) {
@@ -59,10 +59,11 @@ inline void gemm_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, i
 /// few rows (decode's one or few query rows a K/V head) then keeps as many accumulators busy and
 /// reads each row of b once, in whole lines, instead of once per strip. The first block of rows
 /// asks for rows [0, next_rows) of next (row stride ldb, N columns). With AT, a is stored
-/// transposed (gemm_block).
-template <class T, int R, int NV, int VB, bool Accumulate, int NV0 = NV, int Cap = R * NV / 2, bool AT = false>
-inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
-                 index_t K, const T* next = nullptr, index_t next_rows = 0) {
+/// transposed (gemm_block); b holds B.
+template <class T, int R, int NV, int VB, bool Accumulate, int NV0 = NV, int Cap = R * NV / 2, bool AT = false,
+          class B = T>
+inline void gemm(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
+                 index_t K, const B* next = nullptr, index_t next_rows = 0) {
   constexpr index_t C = NV * VB / index_t(sizeof(T)), C0 = NV0 * VB / index_t(sizeof(T));
   if (next == nullptr) next = b, next_rows = 0;
   const auto rows_from = [&](index_t i) { return a + (AT ? i : i * lda); };
@@ -70,17 +71,17 @@ inline void gemm(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t
   for (; i + R <= M; i += R, next_rows = 0) {
     index_t j = 0;
     for (; j + C <= N; j += C)
-      gemm_block<T, R, NV, VB, Accumulate, AT>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
-                                               next_rows);
+      gemm_block<T, R, NV, VB, Accumulate, AT, B>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
+                                                  next_rows);
     for (; j < N; j += C0)
-      gemm_block<T, R, NV0, VB, Accumulate, AT>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
-                                                next_rows);
+      gemm_block<T, R, NV0, VB, Accumulate, AT, B>(rows_from(i), lda, b + j, ldb, c + i * ldc + j, ldc, K, next + j,
+                                                   next_rows);
   }
   if constexpr (R > 1) {
     constexpr int NV2 = 2 * NV <= Cap ? 2 * NV : NV;
     if (i < M)
-      gemm<T, R / 2, NV2, VB, Accumulate, NV0, Cap, AT>(rows_from(i), lda, b, ldb, c + i * ldc, ldc, M - i, N, K,
-                                                        next, next_rows);
+      gemm<T, R / 2, NV2, VB, Accumulate, NV0, Cap, AT, B>(rows_from(i), lda, b, ldb, c + i * ldc, ldc, M - i, N, K,
+                                                           next, next_rows);
   }
 }
 
@@ -98,10 +99,11 @@ inline void store_sums(T* c, index_t ldc, int f, const typename Vec<T, VB>::type
 
 /// c = a b^T for an R x J block: a (R x K, lda), b (J x K, ldb), both read along K in vectors of
 /// VB bytes (R x J accumulators, summed across lanes at the end: by LaneTrees where the accumulators
-/// make whole trees, else one by one); asks for rows [0, next_rows) of next (J rows of K, ldb).
-template <class T, int VB, int R, int J>
-inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t K,
-                          const T* next, index_t next_rows) {
+/// make whole trees, else one by one); asks for rows [0, next_rows) of next (J rows of K, ldb). b
+/// holds B (Operand).
+template <class T, int VB, int R, int J, class B = T>
+inline void gemm_nt_block(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t K,
+                          const B* next, index_t next_rows) {
   using V = Vec<T, VB>;
   constexpr index_t W = VB / index_t(sizeof(T));
   typename V::type acc[R][J], av[R], bv[J];
@@ -110,7 +112,7 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
   index_t d = 0;
   for (; d + W <= K; d += W) {
     for (int r = 0; r < R; ++r) V::load(av[r], a + r * lda + d);
-    for (int j = 0; j < J; ++j) V::load(bv[j], b + j * ldb + d);
+    for (int j = 0; j < J; ++j) Operand<T, VB, B>::load(bv[j], b + j * ldb + d);
     for (int j = 0; j < J; ++j)
       if (j < next_rows) prefetch_l2(next + j * ldb + d);
     for (int r = 0; r < R; ++r)
@@ -119,7 +121,7 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
   // The elements past the last whole vector.
   const auto tail = [&](int r, int j) {
     T sum = T(0);
-    for (index_t e = d; e < K; ++e) sum += a[r * lda + e] * b[j * ldb + e];
+    for (index_t e = d; e < K; ++e) sum += a[r * lda + e] * Operand<T, VB, B>::element(b[j * ldb + e]);
     return sum;
   };
 #ifdef KFLASH_IMPL_SHUFFLES
@@ -153,21 +155,21 @@ inline void gemm_nt_block(const T* a, index_t lda, const T* b, index_t ldb, T* c
 /// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks, the edges by thinner ones:
 /// each block of J rows of b for all of a's rows before the next (a is small and stays in L1; b is
 /// the stream). The first block of rows asks for rows [0, next_rows) of next (N rows of K, ldb), so
-/// the asks spread over the whole product.
-template <class T, int VB, int R, int J>
-inline void gemm_nt(const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
-                    index_t K, const T* next = nullptr, index_t next_rows = 0) {
+/// the asks spread over the whole product. b holds B (Operand).
+template <class T, int VB, int R, int J, class B = T>
+inline void gemm_nt(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
+                    index_t K, const B* next = nullptr, index_t next_rows = 0) {
   if (next == nullptr) next = b, next_rows = 0;
   const auto ahead = [&](index_t i, index_t j) { return i == 0 && next_rows > j ? next_rows - j : index_t(0); };
   const auto rows = [&](auto cols, index_t j) {
     constexpr int JB = decltype(cols)::value;
     index_t i = 0;
     for (; i + R <= M; i += R)
-      gemm_nt_block<T, VB, R, JB>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                  ahead(i, j));
+      gemm_nt_block<T, VB, R, JB, B>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
+                                     ahead(i, j));
     for (; i < M; ++i)
-      gemm_nt_block<T, VB, 1, JB>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                  ahead(i, j));
+      gemm_nt_block<T, VB, 1, JB, B>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
+                                     ahead(i, j));
   };
   index_t j = 0;
   for (; j + J <= N; j += J) rows(std::integral_constant<int, J>{}, j);

@@ -27,15 +27,17 @@ struct Words16 {
 
 #if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
 // (The zero-masking forms: GCC 12 takes the plain ones' undefined source for an uninitialised read.)
-__attribute__((target("avx512f"))) inline void widen_fp16_16(const std::uint16_t* x, float* y) {
-  _mm512_storeu_ps(y, _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))));
+// (Results by reference: a vector returned by value would change the ABI where the caller's
+// instruction set lacks it, GCC warns.)
+__attribute__((target("avx512f"))) inline void widened_fp16_16(const std::uint16_t* x, __m512& y) {
+  y = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
 __attribute__((target("avx512f"))) inline void narrow_fp16_16(const float* x, std::uint16_t* y) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(x),
                                                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-__attribute__((target("avx,f16c"))) inline void widen_fp16_8(const std::uint16_t* x, float* y) {
-  _mm256_storeu_ps(y, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
+__attribute__((target("avx,f16c"))) inline void widened_fp16_8(const std::uint16_t* x, __m256& y) {
+  y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
 }
 __attribute__((target("avx,f16c"))) inline void narrow_fp16_8(const float* x, std::uint16_t* y) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(y),
@@ -43,34 +45,69 @@ __attribute__((target("avx,f16c"))) inline void narrow_fp16_8(const float* x, st
 }
 #endif
 
+/// bfloat16 operands widened to float as they load: by integer shifts.
+template <int VB>
+struct Operand<float, VB, Bfloat16> {
+  static void load(typename Vec<float, VB>::type& v, const Bfloat16* p) {
+#ifdef KFLASH_IMPL_VECTOR_EXT
+    using Half = typename Words16<VB>::half;
+    using Word = typename Words16<VB>::word;
+    Half h;
+    __builtin_memcpy(&h, p, sizeof h);
+    const Word w = __builtin_convertvector(h, Word) << 16;
+    __builtin_memcpy(&v, &w, sizeof w);
+#else
+    float e[VB / 4];
+    for (int i = 0; i < VB / 4; ++i) e[i] = element(p[i]);
+    Vec<float, VB>::load(v, e);
+#endif
+  }
+  static float element(const Bfloat16& x) { return bits_float(std::uint32_t(x.bits) << 16); }
+};
+
+/// binary16 operands widened to float as they load: by the AVX-512 / F16C conversions where the
+/// variant has them, else element by element.
+template <int VB>
+struct Operand<float, VB, Float16> {
+  static void load(typename Vec<float, VB>::type& v, const Float16* p) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+    if constexpr (VB == 64) {
+      __m512 w;
+      widened_fp16_16(&p->bits, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 32) {
+      __m256 w;
+      widened_fp16_8(&p->bits, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    }
+#endif
+    float e[VB / 4];
+    for (int i = 0; i < VB / 4; ++i) e[i] = element(p[i]);
+    Vec<float, VB>::load(v, e);
+  }
+  static float element(const Float16& x) { return Float16::to_float(x.bits); }
+};
+
 /// y[0, n) = x[0, n) widened to float.
 template <int VB>
 void widen16(Storage16 f, const std::uint16_t* x, float* y, index_t n) {
-  index_t i = 0;
-#ifdef KFLASH_IMPL_VECTOR_EXT
-  constexpr index_t W = VB / 4;
-  if (f == Storage16::bf16) {
-    using Half = typename Words16<VB>::half;
-    using Word = typename Words16<VB>::word;
+  const auto widen = [&](auto format) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(format)>>;
+    using Load = Operand<float, VB, B>;
+    const B* b = reinterpret_cast<const B*>(x);
+    constexpr index_t W = VB / 4;
+    index_t i = 0;
     for (; i + W <= n; i += W) {
-      Half h;
-      __builtin_memcpy(&h, x + i, sizeof h);
-      const Word w = __builtin_convertvector(h, Word) << 16;
-      __builtin_memcpy(y + i, &w, sizeof w);
+      typename Vec<float, VB>::type v;
+      Load::load(v, b + i);
+      Vec<float, VB>::store(y + i, v);
     }
-  }
-#if defined(KFLASH_IMPL_X86_VARIANTS)
-  if constexpr (VB >= 32) {
-    if (f == Storage16::fp16) {
-      for (; i + W <= n; i += W) {
-        if constexpr (VB == 64) widen_fp16_16(x + i, y + i);
-        else widen_fp16_8(x + i, y + i);
-      }
-    }
-  }
-#endif
-#endif
-  for (; i < n; ++i) y[i] = f == Storage16::bf16 ? bits_float(std::uint32_t(x[i]) << 16) : Float16::to_float(x[i]);
+    for (; i < n; ++i) y[i] = Load::element(b[i]);
+  };
+  if (f == Storage16::bf16) widen(static_cast<const Bfloat16*>(nullptr));
+  else widen(static_cast<const Float16*>(nullptr));
 }
 
 /// y[0, n) = x[0, n) rounded to nearest even (NaN stays NaN, quiet, its sign kept).

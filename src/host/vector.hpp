@@ -68,6 +68,14 @@ struct Vec {
 };
 #endif
 
+/// Loads of an operand's elements (of type B) as vectors and elements of T: B = T as they are; 16-bit
+/// B (kflash's Bfloat16, Float16, by their bits) widened to float as they load (half_rows.hpp).
+template <class T, int VB, class B>
+struct Operand {
+  static void load(typename Vec<T, VB>::type& v, const B* p) { Vec<T, VB>::load(v, p); }
+  static T element(const B& x) { return x; }
+};
+
 // Shuffles of vector lanes by constant indices (__builtin_shufflevector: GCC 12 and later, clang).
 #if defined(KFLASH_IMPL_VECTOR_EXT) && defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)

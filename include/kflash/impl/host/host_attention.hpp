@@ -1,6 +1,6 @@
 // The host schedule of attention: a team of one thread per block of query rows stages the block's
-// Q and each K/V tile into its scratch (or points at them in place; 16-bit ones are widened to float
-// there), and hands every tile to the compiled tile kernel.
+// Q and each K/V tile into its scratch (or points at them in place: 16-bit rows are widened to float
+// as the tile kernel's products load them), and hands every tile to the compiled tile kernel.
 #pragma once
 
 #include <kflash/impl/host/host_kernels.hpp>
@@ -81,19 +81,16 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.softcap = so.softcap;
     tile.inv_softcap = so.inv_softcap;
     tile.score_rows = per_row ? score_rows.data() : nullptr;
-    // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read as
-    // rows (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
-    // transposed would cost more than the products. Rows of float or double are read in place (V
-    // when no padding is needed); 16-bit rows are widened into the tile's scratch first.
-    constexpr bool in_place = std::is_same<S, T>::value;
+    // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read in
+    // place (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
+    // transposed would cost more than the products; V in place when no padding is needed. 16-bit
+    // rows in place are widened as the products load them (the tile's k16 and v16).
+    constexpr bool same = std::is_same<S, T>::value;
     const T* packed = packed_keys != nullptr ? packed_keys + (b * p.Hk + hk) * p.D * p.packed_ld : nullptr;
-    const bool k_rows = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
-    const bool k_in_place = in_place && k_rows;
-    const bool v_in_place = in_place && v.stride(3) == 1 && p.Dv == p.dvp;
-    // 16-bit rows widened by one call a tile (widen_keys), whose next tile can be asked for ahead.
-    const bool k_ahead16 = !in_place && k_rows && index_t(k.stride(2)) == p.D;
-    const bool v_ahead16 = !in_place && v.stride(3) == 1 && index_t(v.stride(2)) == p.Dv && p.Dv == p.dvp;
+    const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
+    const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
+    if constexpr (!same) tile.format = storage16_of<S>;
     // A tile ends where the keys' contiguous run does (a page of a paged cache).
     const auto tile_end = [&](index_t t0) {
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
@@ -102,23 +99,10 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (v_end < end) end = v_end;
       return end;
     };
-    // Key j's row of K or V where it is read in place (null otherwise).
-    const auto row_at = [&](const auto& kv, index_t j) -> const T* {
-      if constexpr (in_place)
-        return &kv(b, hk, j, 0);
-      else
-        return nullptr;
-    };
-    // Keys [t0, t0 + n) of 16-bit K or V (unit stride along d) widened into rows `ld` apart at out:
-    // by one call where the keys' rows follow one another and out's do too.
-    const auto widen_keys = [&](const auto& kv, index_t t0, index_t n, index_t width, T* out, index_t ld) {
-      if constexpr (!in_place) {
-        if (index_t(kv.stride(2)) == width && ld == width) {
-          widen_row(&kv(b, hk, t0, 0), out, n * width);
-        } else {
-          for (index_t j = 0; j < n; ++j) widen_row(&kv(b, hk, t0 + j, 0), out + j * ld, width);
-        }
-      }
+    // Points the tile at key j's row of K or V in place: rows (of T) or rows16 (16-bit).
+    const auto in_place = [&](const auto& kv, index_t j, const T*& rows, const std::uint16_t*& rows16) {
+      if constexpr (same) rows = &kv(b, hk, j, 0);
+      else rows16 = reinterpret_cast<const std::uint16_t*>(&kv(b, hk, j, 0));
     };
     for (index_t t0 = w.kb; t0 < w.ke; t0 += tile.nk) {
       const index_t end = tile_end(t0);
@@ -127,21 +111,15 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (packed != nullptr) {
         tile.kt = packed + t0;
       } else if (k_in_place) {
-        tile.k = row_at(k, t0);
+        in_place(k, t0, tile.k, tile.k16);
         tile.ldk = index_t(k.stride(2));
-      } else if (k_rows) {  // 16-bit rows, widened into kt's scratch as bk x D rows
-        widen_keys(k, t0, tile.nk, p.D, kt.data(), p.D);
-        tile.k = kt.data();
-        tile.ldk = p.D;
       } else {
         for (index_t j = 0; j < tile.nk; ++j)
           for (index_t d = 0; d < p.D; ++d) kt(d, j) = widen(k(b, hk, t0 + j, d));
       }
       if (v_in_place) {
-        tile.v = row_at(v, t0);
+        in_place(v, t0, tile.v, tile.v16);
         tile.ldv = index_t(v.stride(2));
-      } else if (!in_place && v.stride(3) == 1) {
-        widen_keys(v, t0, tile.nk, p.Dv, vs.data(), p.dvp);
       } else {
         for (index_t j = 0; j < tile.nk; ++j)
           for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = widen(v(b, hk, t0 + j, d));
@@ -151,19 +129,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         keys(r) = this->keys_of(w, row.i).in_tile(t0, tile.nk);
         if (per_row) score_rows(r) = score_row(this->at(w, row), t0);
       }
-      // The next tile's rows read in place, or widened from 16-bit rows that follow one another: the
-      // products ask for them while they run (16-bit rows as float rows of the products' stride,
-      // two keys each).
-      tile.nk_next = (k_in_place || v_in_place || k_ahead16 || v_ahead16) && end < w.ke ? tile_end(end) - end : 0;
+      // The next tile's rows read in place: the products ask for them while they run.
+      tile.nk_next = (k_in_place || v_in_place) && end < w.ke ? tile_end(end) - end : 0;
       if (tile.nk_next > 0) {
-        if constexpr (in_place) {
-          tile.k_next = k_in_place ? row_at(k, end) : nullptr;
-          tile.v_next = v_in_place ? row_at(v, end) : nullptr;
-        } else {
-          tile.k_next = k_ahead16 ? reinterpret_cast<const T*>(&k(b, hk, end, 0)) : nullptr;
-          tile.v_next = v_ahead16 ? reinterpret_cast<const T*>(&v(b, hk, end, 0)) : nullptr;
-          tile.nk_next = (tile.nk_next + 1) / 2;
-        }
+        if (k_in_place) in_place(k, end, tile.k_next, tile.k16_next);
+        if (v_in_place) in_place(v, end, tile.v_next, tile.v16_next);
       }
       if constexpr (!user_functors) {
         attention_tile(tile);

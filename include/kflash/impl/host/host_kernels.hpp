@@ -102,13 +102,6 @@ void write_row(RowOp op, const H* x, H* y, index_t n, const SoftmaxNormalizer<fl
               norm);
 }
 
-/// y[0, n) = x[0, n) widened to float through isa(): 16-bit rows of K and V read into the attention
-/// tiles.
-template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
-void widen_row(const H* x, float* y, index_t n) {
-  widen16(isa(), storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), y, n);
-}
-
 /// y[0, n) = scale * exp(x - shift) - offset for a chunk x[0, n) of a row whose x - shift <= 0
 /// (cross-entropy's gradient: shift = lse, scale and offset CrossEntropyGrad's weight and smooth).
 /// y may be x.
@@ -231,6 +224,13 @@ struct AttentionTile {
   const T* k_next = nullptr;
   const T* v_next = nullptr;
   index_t nk_next = 0;
+  /// 16-bit rows of K and V read in place instead of k and v (and their next tile's), of `format`,
+  /// with the strides ldk and ldv: the products widen them to float as they load them (T = float).
+  const std::uint16_t* k16 = nullptr;
+  const std::uint16_t* v16 = nullptr;
+  const std::uint16_t* k16_next = nullptr;
+  const std::uint16_t* v16_next = nullptr;
+  Storage16 format = Storage16::bf16;
 };
 
 void attention_tile(const AttentionTile<float>& tile);
