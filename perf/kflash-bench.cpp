@@ -204,7 +204,8 @@ void register_backend(Registry& reg) {
     const std::string base =
         be + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
 #if KFLASH_BENCH_HAS_CBLAS
-    if (host && c.window < 0 && c.option == AttnOption::none && c.layout == AttnLayout::dense)  // no options
+    if (host && !kflash::impl::is_half_type<T> && c.window < 0 && c.option == AttnOption::none &&
+        c.layout == AttnLayout::dense)  // no options
       reg.add(base + "/baseline_materialised",
               [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 1, threads); });
 #endif
@@ -214,6 +215,15 @@ void register_backend(Registry& reg) {
     add_attention(float(), c);
     if (reg.opt.full) add_attention(double(), c);
   }
+  // 16-bit q, k, v, o (full grid): prefill at 4096 and decode, against the float cases above.
+  if (reg.opt.full)
+    for (const AttnCase& c :
+         {AttnCase{1, 8, 8, 4096, 4096, 64, false, false}, AttnCase{1, 8, 8, 4096, 4096, 64, true, false},
+          AttnCase{1, 4, 4, 4096, 4096, 128, false, false}, AttnCase{1, 8, 1, 1, 65536, 128, false, true},
+          AttnCase{1, 8, 1, 1, 1048576, 128, false, true}}) {
+      add_attention(kflash::bhalf_t(), c);
+      add_attention(kflash::half_t(), c);
+    }
 
   // attention_backward, after its materialised baseline on hosts: the default grid has 1024 rows,
   // causal; the full grid the forward's long shapes, causal and not, and GQA.
