@@ -106,8 +106,8 @@ void attention_tile(const AttentionTile<T>& t) {
     with_operand16(t.format, [&](auto format) {
       using B = std::remove_cv_t<std::remove_pointer_t<decltype(format)>>;
       gemm<T, R, NV, VB, true, NV, R * NV / 2, false, B>(t.s, t.bk, reinterpret_cast<const B*>(t.v16), t.ldv, t.o,
-                                                          t.dvp, t.rows, t.dvp, t.nk,
-                                                          reinterpret_cast<const B*>(t.v16_next), t.nk_next);
+                                                         t.dvp, t.rows, t.dvp, t.nk,
+                                                         reinterpret_cast<const B*>(t.v16_next), t.nk_next);
     });
   }
 }

@@ -26,8 +26,8 @@ inline void prefetch_l2(const void* p) {
 /// broadcasts one element of a per row, and asks for the same columns of row k of next where
 /// k < next_rows. b holds B (Operand: T, or 16-bit values widened to float as they load).
 template <class T, int R, int NV, int VB, bool Accumulate, bool AT = false, class B = T>
-inline void gemm_block(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t K,
-                       const B* next, index_t next_rows) {
+inline void gemm_block(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t K, const B* next,
+                       index_t next_rows) {
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
   typename V::type acc[R][NV];
