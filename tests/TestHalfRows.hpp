@@ -4,35 +4,13 @@
 #pragma once
 
 #include <CrossEntropyCommon.hpp>
-#include <TestCommon.hpp>
+#include <HalfCommon.hpp>
 
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace kflash_test {
-
-/// The 16-bit type's mantissa bits and its smallest positive value (the spacing of its subnormals).
-template <class H>
-struct Half16 {
-  static constexpr int mantissa = std::is_same<H, kflash::half_t>::value ? 10 : 7;
-  static ld tiny() { return std::is_same<H, kflash::half_t>::value ? std::ldexp(1.0L, -24) : std::ldexp(1.0L, -133); }
-  /// One unit in the last place of any value of magnitude up to |v|, at least the subnormal spacing.
-  static ld ulp(ld v) { return std::ldexp(std::fabs(v), -mantissa) + tiny(); }
-  static const char* name() { return std::is_same<H, kflash::half_t>::value ? "half_t" : "bhalf_t"; }
-};
-
-template <class H>
-ld wide(H h) {
-  return ld(kflash::impl::to_float(h));
-}
-
-template <class H>
-std::vector<H> halves(const std::vector<float>& v) {
-  std::vector<H> out;
-  for (float f : v) out.push_back(kflash::impl::narrow<H>(f));
-  return out;
-}
 
 /// Checks one row's 16-bit outputs y against the reference of its 16-bit inputs x: within one unit
 /// in the last place of the 16-bit result plus the float computation's error (expect_row_matches'

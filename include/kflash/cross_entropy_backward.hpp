@@ -13,21 +13,21 @@ template <class ExecSpace, class LogitsView, class TargetsView, class DLossView,
 void cross_entropy_backward_checked(const ExecSpace& exec, const LogitsView& logits, const TargetsView& targets,
                                     const DLossView& dloss, const DLogitsView& dlogits, const LseView& lse,
                                     const CrossEntropyOptions& options) {
-  static_check_view<ExecSpace, DLossView, false>();
-  static_check_view<ExecSpace, DLogitsView, true>();
-  static_check_same_type<LogitsView, DLossView>();
+  static_check_view<ExecSpace, DLossView, false, true>();
+  static_check_view<ExecSpace, DLogitsView, true, true>();
+  static_check_row_scalars<LogitsView, DLossView>();
   static_check_same_type<LogitsView, DLogitsView>();
   const char* fn = "cross_entropy_backward";
   const CallScope<ExecSpace> call(fn);
-  check_logits_and_targets<ExecSpace>(fn, logits, targets, options);
+  check_logits_and_targets<ExecSpace, true>(fn, logits, targets, options);
   require_one_per_row(fn, "dloss", dloss, logits, "one element");
   require_same_shape(fn, "logits", logits, "dlogits", dlogits);
   require_same_or_disjoint(fn, "logits", logits, "dlogits", dlogits);
   require_disjoint(fn, "dlogits", dlogits, "targets", targets);
   require_disjoint(fn, "dlogits", dlogits, "dloss", dloss);
   if constexpr (!std::is_null_pointer<LseView>::value) {
-    static_check_view<ExecSpace, LseView, false>();
-    static_check_same_type<LogitsView, LseView>();
+    static_check_view<ExecSpace, LseView, false, true>();
+    static_check_row_scalars<LogitsView, LseView>();
     require_one_per_row(fn, "lse", lse, logits, "one element");
     require_disjoint(fn, "dlogits", dlogits, "lse", lse);
   }
@@ -55,7 +55,9 @@ void cross_entropy_backward_checked(const ExecSpace& exec, const LogitsView& log
 /// z_loss. Rows whose target is ignore_index get 0; a row whose lse is not finite (NaN or +inf in it,
 /// or only -inf) gets NaN. dlogits may be the logits' own View (in place: no vocabulary-sized
 /// buffer) and must not overlap the others. A target outside [0, C) that is not ignore_index throws
-/// std::invalid_argument before anything is written. Returns after its first check of the targets
+/// std::invalid_argument before anything is written. dlogits has the logits' value type; dloss (and
+/// lse) the logits' value type, or float where the logits hold 16-bit values (computed in float,
+/// each element of dlogits rounded once). Returns after its first check of the targets
 /// (a fence); the gradient may still be running (fence exec before reading it on the host), except
 /// without lse, where the call returns after it.
 template <class ExecSpace, class LogitsView, class TargetsView, class DLossView, class DLogitsView,

@@ -13,9 +13,9 @@ namespace impl {
 /// softmax_backward and log_softmax_backward: dx from the forward's output y and the upstream dy.
 template <RowGrad Op, class ExecSpace, class YView, class DYView, class DXView>
 void softmax_rows_backward(const ExecSpace& exec, const YView& y, const DYView& dy, const DXView& dx) {
-  static_check_view<ExecSpace, YView, false>();
-  static_check_view<ExecSpace, DYView, false>();
-  static_check_view<ExecSpace, DXView, true>();
+  static_check_view<ExecSpace, YView, false, true>();
+  static_check_view<ExecSpace, DYView, false, true>();
+  static_check_view<ExecSpace, DXView, true, true>();
   static_check_same_type<YView, DYView>();
   static_check_same_type<YView, DXView>();
   const char* fn = row_grad_name(Op);
@@ -36,7 +36,9 @@ void softmax_rows_backward(const ExecSpace& exec, const YView& y, const DYView& 
 
 /// The gradient of y = softmax(x): dx_i = y_i (dy_i − Σ_j dy_j y_j), from y as softmax() wrote it
 /// and the upstream gradient dy. Rank 1 (one row) or 2 (rows over the last extent), any layout; dx
-/// may be dy's View (in place), and must not overlap y. Asynchronous like softmax().
+/// may be dy's View (in place), and must not overlap y. y, dy and dx have one value type: float,
+/// double, or 16-bit storage (kflash::bhalf_t, kflash::half_t: computed in float, each element of
+/// dx rounded once). Asynchronous like softmax().
 template <class ExecSpace, class YView, class DYView, class DXView>
 void softmax_backward(const ExecSpace& exec, const YView& y, const DYView& dy, const DXView& dx) {
   impl::softmax_rows_backward<impl::RowGrad::softmax>(exec, y, dy, dx);
@@ -51,18 +53,19 @@ void log_softmax_backward(const ExecSpace& exec, const YView& y, const DYView& d
 
 /// The gradient of lse = logsumexp(x): dx_i = dlse · exp(x_i − lse), from x, lse as logsumexp()
 /// wrote it and the upstream dlse (lse's shape: rank 0 for rank-1 x, one value per row for rank-2
-/// x). A row whose x and lse are -inf gets 0. dx has x's shape and may be x's View (in place).
+/// x). A row whose x and lse are -inf gets 0. dx has x's shape and value type and may be x's View
+/// (in place). lse and dlse have x's value type, or float where x holds 16-bit values.
 template <class ExecSpace, class XView, class LseView, class DLseView, class DXView>
 void logsumexp_backward(const ExecSpace& exec, const XView& x, const LseView& lse, const DLseView& dlse,
                         const DXView& dx) {
   using namespace impl;
-  static_check_view<ExecSpace, XView, false>();
-  static_check_view<ExecSpace, LseView, false>();
-  static_check_view<ExecSpace, DLseView, false>();
-  static_check_view<ExecSpace, DXView, true>();
-  static_check_same_type<XView, LseView>();
-  static_check_same_type<XView, DLseView>();
+  static_check_view<ExecSpace, XView, false, true>();
+  static_check_view<ExecSpace, LseView, false, true>();
+  static_check_view<ExecSpace, DLseView, false, true>();
+  static_check_view<ExecSpace, DXView, true, true>();
   static_check_same_type<XView, DXView>();
+  static_check_row_scalars<XView, LseView>();
+  static_check_row_scalars<XView, DLseView>();
   constexpr int xr = view_rank<XView>;
   const char* fn = row_grad_name(RowGrad::logsumexp);
   const CallScope<ExecSpace> call(fn);

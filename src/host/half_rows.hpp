@@ -6,6 +6,7 @@
 // own types (impl/half_types.hpp), which the conversions reproduce bit for bit.
 #pragma once
 
+#include "row_grads.hpp"
 #include "row_passes.hpp"
 
 #include <kflash/impl/half_types.hpp>
@@ -162,6 +163,43 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
     const index_t m = n - i < block16 ? n - i : block16;
     widen16<VB>(f, x + i, buf, m);
     write_row<float, VB>(op, buf, buf, m, norm, false);
+    narrow16<VB>(f, buf, y + i, m);
+  }
+}
+
+/// The sum of softmax's or log_softmax's gradient over a 16-bit chunk, widened as it loads.
+template <int VB>
+SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, index_t n) {
+  if (f == Storage16::bf16) {
+    return grad_sum<float, VB, Bfloat16>(op, reinterpret_cast<const Bfloat16*>(a), reinterpret_cast<const Bfloat16*>(b),
+                                         n);
+  }
+  return grad_sum<float, VB, Float16>(op, reinterpret_cast<const Float16*>(a), reinterpret_cast<const Float16*>(b), n);
+}
+
+/// The gradient's write pass over a 16-bit chunk, block by block (dx may be b).
+template <int VB>
+void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
+                  float s) {
+  alignas(64) float ab[block16], bb[block16];
+  for (index_t i = 0; i < n; i += block16) {
+    const index_t m = n - i < block16 ? n - i : block16;
+    widen16<VB>(f, a + i, ab, m);
+    widen16<VB>(f, b + i, bb, m);
+    grad_chunk(op, ab, bb, bb, m, s);
+    narrow16<VB>(f, bb, dx + i, m);
+  }
+}
+
+/// write_scaled_exp over a 16-bit chunk, block by block (y may be x).
+template <int VB>
+void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n, float shift, float scale,
+                        float offset) {
+  alignas(64) float buf[block16];
+  for (index_t i = 0; i < n; i += block16) {
+    const index_t m = n - i < block16 ? n - i : block16;
+    widen16<VB>(f, x + i, buf, m);
+    write_scaled_exp<float, VB>(buf, buf, m, shift, scale, offset);
     narrow16<VB>(f, buf, y + i, m);
   }
 }

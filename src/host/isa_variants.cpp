@@ -73,6 +73,18 @@ namespace kflash::impl::host {
     internal::write_row16<vector_bytes>(f, op, x, y, n, norm);                                                \
   }                                                                                                           \
   attributes void run_rows16(const RowBlock16& b) { internal::run_rows16<vector_bytes>(b); }                  \
+  attributes SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a,                   \
+                                            const std::uint16_t* b, index_t n) {                              \
+    return internal::grad_sum16<vector_bytes>(f, op, a, b, n);                                                \
+  }                                                                                                           \
+  attributes void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b,         \
+                               std::uint16_t* dx, index_t n, float s) {                                       \
+    internal::write_grad16<vector_bytes>(f, op, a, b, dx, n, s);                                              \
+  }                                                                                                           \
+  attributes void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n,       \
+                                     float shift, float scale, float offset) {                                \
+    internal::write_scaled_exp16<vector_bytes>(f, x, y, n, shift, scale, offset);                             \
+  }                                                                                                           \
   attributes void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out,    \
                                    index_t ldout, index_t rows, index_t cols) {                               \
     internal::run_logit_rows16<vector_bytes>(f, x, ldx, out, ldout, rows, cols);                              \
@@ -203,6 +215,17 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
   KFLASH_IMPL_DISPATCH(isa(), write_row16(f, op, x, y, n, norm))
 }
 void run_rows16(const RowBlock16& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows16(block)) }
+SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, index_t n) {
+  KFLASH_IMPL_DISPATCH(isa(), grad_sum16(f, op, a, b, n))
+}
+void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
+                  float s) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad16(f, op, a, b, dx, n, s))
+}
+void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n, float shift, float scale,
+                        float offset) {
+  KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp16(f, x, y, n, shift, scale, offset))
+}
 void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
                       index_t rows, index_t cols) {
   KFLASH_IMPL_DISPATCH(isa(), run_logit_rows16(f, x, ldx, out, ldout, rows, cols))

@@ -12,9 +12,11 @@
 
 namespace kflash::impl::host::internal {
 
-template <class T, int VB>
-SoftmaxState<T> grad_sum(RowOp op, const T* a, const T* b, index_t n) {
+/// B: the rows' storage, widened to T as it loads (Operand).
+template <class T, int VB, class B = T>
+SoftmaxState<T> grad_sum(RowOp op, const B* a, const B* b, index_t n) {
   using V = Vec<T, VB>;
+  using Load = Operand<T, VB, B>;
   constexpr index_t W = VB / index_t(sizeof(T)), U = 4;  // U accumulators: chains of adds overlap
   typename V::type one;
   V::fill(one, T(1));
@@ -26,13 +28,13 @@ SoftmaxState<T> grad_sum(RowOp op, const T* a, const T* b, index_t n) {
     index_t j = t0;
     for (; j + U * W <= te; j += U * W)
       for (index_t u = 0; u < U; ++u) {
-        V::load(bv, b + j + u * W);
-        if (op == RowOp::softmax) V::load(av, a + j + u * W);
+        Load::load(bv, b + j + u * W);
+        if (op == RowOp::softmax) Load::load(av, a + j + u * W);
         V::fma(acc[u], op == RowOp::softmax ? av : one, bv);
       }
     for (index_t u = 1; u < U; ++u) V::fma(acc[0], one, acc[u]);
     T s = reduce_lanes<T, VB, AddOp>(acc[0]);
-    for (; j < te; ++j) s += op == RowOp::softmax ? a[j] * b[j] : b[j];
+    for (; j < te; ++j) s += op == RowOp::softmax ? Load::element(a[j]) * Load::element(b[j]) : Load::element(b[j]);
     sum.add_term(s);
   }
   return sum;

@@ -171,7 +171,8 @@ constexpr void static_check_view() {
   using value_type = typename View::value_type;
   static_assert(Takes16 || !is_half_type<std::remove_cv_t<value_type>>,
                 "kflash: this call takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) "
-                "are taken by softmax, log_softmax, logsumexp, cross_entropy, attention and merge_attention so far");
+                "are taken by the softmax family, cross_entropy and their gradients, attention and merge_attention so "
+                "far");
   static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value ||
                     (Takes16 && is_half_type<std::remove_cv_t<value_type>>),
                 "kflash: View value type must be float or double (or kflash::bhalf_t, kflash::half_t where the "
@@ -187,6 +188,17 @@ template <class A, class B>
 constexpr void static_check_same_type() {
   static_assert(std::is_same<std::remove_cv_t<typename A::value_type>, std::remove_cv_t<typename B::value_type>>::value,
                 "kflash: every View of a call must have the same value type");
+}
+
+/// Compile-time check that a View of per-row values (an lse, a loss, its upstream gradient) has
+/// the value type of the rows' View X, or float where X holds 16-bit values.
+template <class X, class PerRow>
+constexpr void static_check_row_scalars() {
+  using XS = std::remove_cv_t<typename X::value_type>;
+  using RS = std::remove_cv_t<typename PerRow::value_type>;
+  static_assert(std::is_same<XS, RS>::value || (is_half_type<XS> && std::is_same<RS, float>::value),
+                "kflash: a View of one value per row (lse, dlse, dloss) must have the rows' value type, or float "
+                "where the rows hold kflash::bhalf_t or kflash::half_t");
 }
 
 }  // namespace kflash::impl

@@ -107,6 +107,13 @@ void write_row(RowOp op, const H* x, H* y, index_t n, const SoftmaxNormalizer<fl
 /// y may be x.
 void write_scaled_exp(const float* x, float* y, index_t n, float shift, float scale, float offset);
 void write_scaled_exp(const double* x, double* y, index_t n, double shift, double scale, double offset);
+void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n, float shift, float scale,
+                        float offset);
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+void write_scaled_exp(const H* x, H* y, index_t n, float shift, float scale, float offset) {
+  write_scaled_exp16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(y), n,
+                     shift, scale, offset);
+}
 
 /// Where softmax keeps each weight exp(x - max) between its two passes, so that it is computed once.
 enum class WeightsAt {
@@ -149,6 +156,21 @@ SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n
 SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_t n);
 void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s, bool stream);
 void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s, bool stream);
+/// The same on 16-bit chunks: the sum in float, widened as it loads; dx computed in float by blocks
+/// and rounded once (no non-temporal stores).
+SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, index_t n);
+void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
+                  float s);
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+SoftmaxState<float> grad_sum(RowOp op, const H* a, const H* b, index_t n) {
+  return grad_sum16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(a),
+                    reinterpret_cast<const std::uint16_t*>(b), n);
+}
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+void write_grad(RowOp op, const H* a, const H* b, H* dx, index_t n, float s, bool /*stream*/) {
+  write_grad16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(a),
+               reinterpret_cast<const std::uint16_t*>(b), reinterpret_cast<std::uint16_t*>(dx), n, s);
+}
 
 /// Which part of attention_tile() to run: all of it, or the scores alone and then the rest (so that
 /// the host schedule applies the user's score_mod and mask_mod in between).

@@ -65,7 +65,8 @@ void run_host_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& 
 template <class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
 struct HostCrossEntropyGradKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+  using S = std::remove_cv_t<typename decltype(XRows::v)::value_type>;  // storage: T, or 16 bits
+  using T = arith_t<S>;
 
   XRows x;
   Targets targets;
@@ -78,17 +79,17 @@ struct HostCrossEntropyGradKernel {
 
   void operator()(const member_type& team) const {
     const RowChunk rc(plan, team.league_rank());
-    T* out = dx.row(rc.r) + rc.begin;
+    S* out = dx.row(rc.r) + rc.begin;
     const std::int64_t t = std::int64_t(targets(rc.r));
     if (t == ignore_index) {
-      std::fill(out, out + (rc.end - rc.begin), T(0));
+      std::fill(out, out + (rc.end - rc.begin), store_as<S>(T(0)));
       return;
     }
-    const CrossEntropyGrad<T> grad(T(lse(rc.r)), T(dloss(rc.r)), plan.cols, terms);
+    const CrossEntropyGrad<T> grad(T(widen(lse(rc.r))), T(widen(dloss(rc.r))), plan.cols, terms);
     const bool has_target = t >= rc.begin && t < rc.end;
-    const T x_target = has_target ? T(x(rc.r, index_t(t))) : T(0);
+    const T x_target = has_target ? T(widen(x(rc.r, index_t(t)))) : T(0);
     write_scaled_exp(x.row(rc.r) + rc.begin, out, rc.end - rc.begin, grad.lse, grad.weight, grad.smooth);
-    if (has_target) dx(rc.r, index_t(t)) = grad(x_target, true);
+    if (has_target) dx(rc.r, index_t(t)) = store_as<S>(grad(x_target, true));
   }
 };
 

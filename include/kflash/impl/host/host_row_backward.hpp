@@ -15,14 +15,15 @@ template <RowGrad Op, class ExecSpace, class ARows, class BRows, class DXRows>
 void run_host_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b, const DXRows& dx,
                            const char* label) {
   static_assert(Op != RowGrad::logsumexp, "kflash: logsumexp's gradient takes the portable schedule");
-  using T = std::remove_cv_t<typename decltype(a.v)::value_type>;
+  using S = std::remove_cv_t<typename decltype(a.v)::value_type>;  // storage: T, or 16 bits
+  using T = arith_t<S>;
   constexpr RowOp op = Op == RowGrad::softmax ? RowOp::softmax : RowOp::log_softmax;
   const index_t rows = a.rows(), cols = a.cols();
   using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
   constexpr index_t chunk = HostTraits::min_chunk;
   // Outputs that leave the cache before they are read again go out through non-temporal stores
   // (as the forward's), which do not read each line of dx before writing it.
-  const bool stream = rows * cols * index_t(sizeof(T)) >= HostTraits::stream_bytes;
+  const bool stream = rows * cols * index_t(sizeof(S)) >= HostTraits::stream_bytes;
   if (cols <= chunk) {
     Kokkos::parallel_for(label, Range(exec, 0, rows), [=](index_t r) {
       const T s = compensated_value(grad_sum(op, a.row(r), b.row(r), cols));

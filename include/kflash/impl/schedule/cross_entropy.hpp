@@ -186,7 +186,8 @@ struct LseGiven {
 template <class ExecSpace, class XRows, class Targets, class DLoss, class RowLse, class DXRows>
 struct CrossEntropyGradKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using T = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
+  using S = std::remove_cv_t<typename decltype(XRows::v)::value_type>;  // storage: T, or 16 bits
+  using T = arith_t<S>;
 
   XRows x;
   Targets targets;
@@ -201,12 +202,13 @@ struct CrossEntropyGradKernel {
     const RowChunk rc(plan, team.league_rank());
     const std::int64_t t = std::int64_t(targets(rc.r));
     if (t == ignore_index) {
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rc.begin, rc.end), [&](index_t c) { dx(rc.r, c) = T(0); });
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rc.begin, rc.end),
+                           [&](index_t c) { dx(rc.r, c) = store_as<S>(T(0)); });
       return;
     }
-    const CrossEntropyGrad<T> grad(T(lse(rc.r)), T(dloss(rc.r)), plan.cols, terms);
+    const CrossEntropyGrad<T> grad(T(widen(lse(rc.r))), T(widen(dloss(rc.r))), plan.cols, terms);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, rc.begin, rc.end),
-                         [&](index_t c) { dx(rc.r, c) = grad(T(x(rc.r, c)), c == t); });
+                         [&](index_t c) { dx(rc.r, c) = store_as<S>(grad(widen(x(rc.r, c)), c == t)); });
   }
 };
 

@@ -29,11 +29,13 @@ KOKKOS_INLINE_FUNCTION T compensated_value(const SoftmaxState<T>& sum) {
 ///  logsumexp:   a = x, lse, dlse: dx = dlse · exp(x − lse), which weighs 0 where x = lse = −inf
 ///               and 1 where x = lse = +inf, as the forward's weights do.
 /// dx may be b's View (softmax, log_softmax) or a's (logsumexp): each element is read before it is
-/// written, by the same thread.
+/// written, by the same thread. 16-bit storage is widened as it is read (lse and dlse may be float
+/// or 16-bit), computed in float and rounded once as dx is written.
 template <class ExecSpace, class Traits, RowGrad Op, class ARows, class BRows, class DXRows, class Lse, class DLse>
 struct RowBackwardKernel {
   using member_type = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using T = std::remove_cv_t<typename decltype(ARows::v)::value_type>;
+  using S = std::remove_cv_t<typename decltype(ARows::v)::value_type>;  // storage: T, or 16 bits
+  using T = arith_t<S>;
   using Lanes = typename Traits::template tile_lanes<T, member_type>;
 
   ARows a;
@@ -46,12 +48,12 @@ struct RowBackwardKernel {
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const index_t r = team.league_rank();
     if constexpr (Op == RowGrad::logsumexp) {
-      const T m = lse(r, 0), g = dlse(r, 0);
+      const T m = widen(lse(r, 0)), g = widen(dlse(r, 0));
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
-        const T x = a(r, c);
+        const T x = widen(a(r, c));
         // x == lse: weight 1, but 0 for a row of -inf (the infinities' difference is NaN); NaN in
         // x or lse never compares equal and gives NaN.
-        dx(r, c) = g * (x == m ? T(m != -infinity<T>()) : exp(x - m));
+        dx(r, c) = store_as<S>(g * (x == m ? T(m != -infinity<T>()) : exp(x - m)));
       });
     } else {
       // A SoftmaxState whose maximum stays -inf is a compensated sum; OnlineSoftmax merges such
@@ -59,8 +61,8 @@ struct RowBackwardKernel {
       constexpr index_t tile = Traits::tile;
       const Lanes lanes(team);
       const auto term = [&](index_t c) {
-        if constexpr (Op == RowGrad::softmax) return T(b(r, c) * a(r, c));
-        else return T(b(r, c));
+        if constexpr (Op == RowGrad::softmax) return T(widen(b(r, c)) * widen(a(r, c)));
+        else return widen(b(r, c));
       };
       SoftmaxState<T> sum = SoftmaxState<T>::identity();
       Kokkos::parallel_reduce(
@@ -72,8 +74,8 @@ struct RowBackwardKernel {
           OnlineSoftmax<T, Kokkos::AnonymousSpace>(sum));
       const T s = compensated_value(sum);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
-        if constexpr (Op == RowGrad::softmax) dx(r, c) = a(r, c) * (b(r, c) - s);
-        else dx(r, c) = b(r, c) - exp(a(r, c)) * s;
+        if constexpr (Op == RowGrad::softmax) dx(r, c) = store_as<S>(widen(a(r, c)) * (widen(b(r, c)) - s));
+        else dx(r, c) = store_as<S>(widen(b(r, c)) - exp(widen(a(r, c))) * s);
       });
     }
   }

@@ -59,7 +59,7 @@ template <class ExecSpace, class XView, class TargetsView, class DLossView, clas
 LossTotal cross_entropy_backward_rows(const ExecSpace& exec, const XView& x, const TargetsView& targets,
                                       const DLossView& dloss, const DXView& dx, const LseView& lse,
                                       std::int64_t ignore_index, const LossTerms& terms) {
-  using T = std::remove_cv_t<typename XView::value_type>;
+  using T = arith_t<typename XView::value_type>;
   using Traits = ScheduleTraits<ExecSpace>;
   using memory_space = typename ExecSpace::memory_space;
   const Rows<XView> rows{x};
