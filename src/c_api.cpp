@@ -77,11 +77,11 @@ kflash_status row_call(const char* function, kflash_memory memory, std::int64_t 
 }
 
 /// The row gradients: a and b are y and dy (softmax, log_softmax), or x and nothing (logsumexp, whose
-/// lse and dlse are one value per row).
-template <kflash::impl::RowGrad Op, class T>
+/// lse and dlse are one value per row, of type L: T, or float for 16-bit rows).
+template <kflash::impl::RowGrad Op, class T, class L = T>
 kflash_status row_grad_call(const char* function, kflash_memory memory, std::int64_t rows, std::int64_t cols,
-                            const T* a, std::int64_t a_row_stride, const T* b, std::int64_t b_row_stride,
-                            const T* lse, const T* dlse, T* dx, std::int64_t dx_row_stride) {
+                            const T* a, std::int64_t a_row_stride, const T* b, std::int64_t b_row_stride, const L* lse,
+                            const L* dlse, T* dx, std::int64_t dx_row_stride) {
   constexpr bool by_lse = Op == kflash::impl::RowGrad::logsumexp;
   return guarded(function, [&] {
     check_memory(function, memory);
@@ -98,7 +98,7 @@ kflash_status row_grad_call(const char* function, kflash_memory memory, std::int
     if (rows == 0 || cols == 0) return;
     on_memory(function, memory, [&](const auto& exec) {
       using Exec = std::decay_t<decltype(exec)>;
-      using Vector = Kokkos::View<const T*, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      using Vector = Kokkos::View<const L*, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
       const auto av = rows_view<Exec>(a, rows, cols, a_row_stride);
       const auto dxv = rows_view<Exec>(dx, rows, cols, dx_row_stride);
       if constexpr (by_lse) {
@@ -306,31 +306,34 @@ KFLASH_IMPL_ROW_CALLS(bf16, uint16_t, kflash::bhalf_t, float)
 KFLASH_IMPL_ROW_CALLS(f16, uint16_t, kflash::half_t, float)
 #undef KFLASH_IMPL_ROW_CALLS
 
-#define KFLASH_IMPL_ROW_GRAD_CALLS(suffix, T)                                                                          \
-  kflash_status kflash_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* y,         \
-                                                 int64_t y_row_stride, const T* dy, int64_t dy_row_stride, T* dx,      \
-                                                 int64_t dx_row_stride) {                                              \
-    return row_grad_call<kflash::impl::RowGrad::softmax, T>("kflash_softmax_backward_" #suffix, memory, rows, cols, y, \
-                                                         y_row_stride, dy, dy_row_stride, nullptr, nullptr, dx,        \
-                                                         dx_row_stride);                                               \
-  }                                                                                                                    \
-  kflash_status kflash_log_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* y,     \
-                                                     int64_t y_row_stride, const T* dy, int64_t dy_row_stride,         \
-                                                     T* dx, int64_t dx_row_stride) {                                   \
-    return row_grad_call<kflash::impl::RowGrad::log_softmax, T>("kflash_log_softmax_backward_" #suffix, memory, rows,  \
-                                                             cols, y, y_row_stride, dy, dy_row_stride, nullptr,        \
-                                                             nullptr, dx, dx_row_stride);                              \
-  }                                                                                                                    \
-  kflash_status kflash_logsumexp_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const T* x,       \
-                                                   int64_t x_row_stride, const T* lse, const T* dlse, T* dx,           \
-                                                   int64_t dx_row_stride) {                                            \
-    return row_grad_call<kflash::impl::RowGrad::logsumexp, T>("kflash_logsumexp_backward_" #suffix, memory, rows,      \
-                                                           cols, x, x_row_stride, nullptr, 0, lse, dlse, dx,           \
-                                                           dx_row_stride);                                             \
+// C: the C element type; T: the C++ one it holds; L: the type of logsumexp's lse and dlse.
+#define KFLASH_IMPL_ROW_GRAD_CALLS(suffix, C, T, L)                                                                   \
+  kflash_status kflash_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* y,        \
+                                                 int64_t y_row_stride, const C* dy, int64_t dy_row_stride, C* dx,     \
+                                                 int64_t dx_row_stride) {                                             \
+    return row_grad_call<kflash::impl::RowGrad::softmax, T, L>(                                                       \
+        "kflash_softmax_backward_" #suffix, memory, rows, cols, reinterpret_cast<const T*>(y), y_row_stride,          \
+        reinterpret_cast<const T*>(dy), dy_row_stride, nullptr, nullptr, reinterpret_cast<T*>(dx), dx_row_stride);    \
+  }                                                                                                                   \
+  kflash_status kflash_log_softmax_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* y,    \
+                                                     int64_t y_row_stride, const C* dy, int64_t dy_row_stride, C* dx, \
+                                                     int64_t dx_row_stride) {                                         \
+    return row_grad_call<kflash::impl::RowGrad::log_softmax, T, L>(                                                   \
+        "kflash_log_softmax_backward_" #suffix, memory, rows, cols, reinterpret_cast<const T*>(y), y_row_stride,      \
+        reinterpret_cast<const T*>(dy), dy_row_stride, nullptr, nullptr, reinterpret_cast<T*>(dx), dx_row_stride);    \
+  }                                                                                                                   \
+  kflash_status kflash_logsumexp_backward_##suffix(kflash_memory memory, int64_t rows, int64_t cols, const C* x,      \
+                                                   int64_t x_row_stride, const L* lse, const L* dlse, C* dx,          \
+                                                   int64_t dx_row_stride) {                                           \
+    return row_grad_call<kflash::impl::RowGrad::logsumexp, T, L>(                                                     \
+        "kflash_logsumexp_backward_" #suffix, memory, rows, cols, reinterpret_cast<const T*>(x), x_row_stride,        \
+        nullptr, 0, lse, dlse, reinterpret_cast<T*>(dx), dx_row_stride);                                              \
   }
 
-KFLASH_IMPL_ROW_GRAD_CALLS(f32, float)
-KFLASH_IMPL_ROW_GRAD_CALLS(f64, double)
+KFLASH_IMPL_ROW_GRAD_CALLS(f32, float, float, float)
+KFLASH_IMPL_ROW_GRAD_CALLS(f64, double, double, double)
+KFLASH_IMPL_ROW_GRAD_CALLS(bf16, uint16_t, kflash::bhalf_t, float)
+KFLASH_IMPL_ROW_GRAD_CALLS(f16, uint16_t, kflash::half_t, float)
 #undef KFLASH_IMPL_ROW_GRAD_CALLS
 
 void kflash_attention_options_init(kflash_attention_options* options) {

@@ -101,8 +101,10 @@ const kflash_array& required(const char* function, const char* name, const kflas
          describe(name, *a) +
              " is written, and a stride of 0 on an extent above 1 would write elements over each other");
   if (a->dtype != dtype_of<T>())
-    fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *a) + " must have the dtype of the first array, " +
-                                                      dtype_name(dtype_of<T>()));
+    fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+         describe(name, *a) + " must have dtype " + dtype_name(dtype_of<T>()) +
+             (std::is_same<T, float>::value ? " (the first array's, or float32 where that is 16-bit)"
+                                            : " (the first array's)"));
   if (a->rank != rank)
     fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *a) + " must have rank " + std::to_string(rank));
   return *a;

@@ -30,7 +30,7 @@ kflash::CrossEntropyOptions cxx_options(const kflash_cross_entropy_options& c) {
 template <class Exec, class Logits, class Targets>
 void check_cross_entropy_input(const char* function, const Exec& exec, const Logits& logits, const Targets& targets,
                                const kflash::CrossEntropyOptions& options) {
-  kflash::impl::check_logits_and_targets<Exec>(function, logits, targets, options);
+  kflash::impl::check_logits_and_targets<Exec, true>(function, logits, targets, options);
   const auto total = kflash::impl::check_targets(exec, targets, kflash::impl::index_t(logits.extent(1)),
                                                  options.ignore_index, "kflash::cross_entropy check_targets");
   kflash::impl::require_targets_in(total, kflash::impl::index_t(logits.extent(0)),
@@ -43,11 +43,12 @@ template <class T, class I>
 void cross_entropy_typed(const char* function, kflash_memory memory, const kflash_array& logits,
                          const kflash_array& targets, const kflash_array* loss, const kflash_array* mean,
                          const kflash_cross_entropy_options& options) {
+  using A = kflash::impl::arith_t<T>;  // the loss's type
   const kflash_array& lg = required<T>(function, "logits", &logits, 2);
-  const kflash_array& ls = required<T>(function, "loss", loss, 1, true);
+  const kflash_array& ls = required<A>(function, "loss", loss, 1, true);
   const bool has_mean = mean != nullptr && mean->data != nullptr;
   if (has_mean) {
-    required<T>(function, "mean", mean, 1, true);
+    required<A>(function, "mean", mean, 1, true);
     if (mean->extent[0] != 1) fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe("mean", *mean) + " must have one element");
   }
   on_memory(function, memory, [&](const auto& exec) {
@@ -55,11 +56,11 @@ void cross_entropy_typed(const char* function, kflash_memory memory, const kflas
     const kflash::CrossEntropyOptions opt = cxx_options(options);
     const auto lv = strided_view<Exec, const T, 2>(lg);
     const auto tv = strided_view<Exec, const I, 1>(targets);
-    const auto lossv = strided_view<Exec, T, 1>(ls);
+    const auto lossv = strided_view<Exec, A, 1>(ls);
     check_cross_entropy_input(function, exec, lv, tv, opt);
     if (has_mean) {
-      const Kokkos::View<T, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> mv(
-          static_cast<T*>(mean->data));
+      const Kokkos::View<A, typename Exec::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> mv(
+          static_cast<A*>(mean->data));
       kflash::impl::require_disjoint(function, "mean", mv, "logits", lv);
       kflash::impl::require_disjoint(function, "mean", mv, "targets", tv);
       kflash::impl::require_disjoint(function, "mean", mv, "loss", lossv);
@@ -75,19 +76,20 @@ template <class T, class I>
 void cross_entropy_backward_typed(const char* function, kflash_memory memory, const kflash_array& logits,
                                   const kflash_array& targets, const kflash_array* dloss, const kflash_array* dlogits,
                                   const kflash_array* lse, const kflash_cross_entropy_options& options) {
+  using A = kflash::impl::arith_t<T>;  // dloss's and lse's type
   const kflash_array& lg = required<T>(function, "logits", &logits, 2);
-  const kflash_array& dl = required<T>(function, "dloss", dloss, 1);
+  const kflash_array& dl = required<A>(function, "dloss", dloss, 1);
   const kflash_array& dg = required<T>(function, "dlogits", dlogits, 2, true);
   const bool has_lse = lse != nullptr && lse->data != nullptr;
-  if (has_lse) required<T>(function, "lse", lse, 1);
+  if (has_lse) required<A>(function, "lse", lse, 1);
   on_memory(function, memory, [&](const auto& exec) {
     using Exec = std::decay_t<decltype(exec)>;
     const kflash::CrossEntropyOptions opt = cxx_options(options);
     const auto lv = strided_view<Exec, const T, 2>(lg);
     const auto tv = strided_view<Exec, const I, 1>(targets);
-    const auto dlv = strided_view<Exec, const T, 1>(dl);
+    const auto dlv = strided_view<Exec, const A, 1>(dl);
     const auto dgv = strided_view<Exec, T, 2>(dg);
-    if (has_lse) kflash::cross_entropy_backward(exec, lv, tv, dlv, dgv, opt, strided_view<Exec, const T, 1>(*lse));
+    if (has_lse) kflash::cross_entropy_backward(exec, lv, tv, dlv, dgv, opt, strided_view<Exec, const A, 1>(*lse));
     else kflash::cross_entropy_backward(exec, lv, tv, dlv, dgv, opt);
     exec.fence();
   });
@@ -103,7 +105,7 @@ kflash_status cross_entropy_call(const char* fn, kflash_memory memory, const kfl
     const kflash_cross_entropy_options known =
         known_options(fn, options, kflash_cross_entropy_options_init, "kflash_cross_entropy_options_init",
                       sizeof(std::int64_t));
-    on_float_type(fn, "logits", logits, [&](auto t) { on_targets(fn, targets, [&](auto i) { typed(t, i, known); }); });
+    on_float_type<true>(fn, "logits", logits, [&](auto t) { on_targets(fn, targets, [&](auto i) { typed(t, i, known); }); });
   });
 }
 

@@ -108,6 +108,26 @@ kflash_status kflash_logsumexp_backward_f32(kflash_memory memory, int64_t rows, 
 kflash_status kflash_logsumexp_backward_f64(kflash_memory memory, int64_t rows, int64_t cols, const double* x,
                                             int64_t x_row_stride, const double* lse, const double* dlse, double* dx,
                                             int64_t dx_row_stride);
+/* The same on 16-bit rows (bf16, f16 by their bits; lse and dlse float): computed in float, each
+ * element of dx rounded once to nearest even. */
+kflash_status kflash_softmax_backward_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* y,
+                                           int64_t y_row_stride, const uint16_t* dy, int64_t dy_row_stride,
+                                           uint16_t* dx, int64_t dx_row_stride);
+kflash_status kflash_softmax_backward_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* y,
+                                          int64_t y_row_stride, const uint16_t* dy, int64_t dy_row_stride, uint16_t* dx,
+                                          int64_t dx_row_stride);
+kflash_status kflash_log_softmax_backward_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* y,
+                                               int64_t y_row_stride, const uint16_t* dy, int64_t dy_row_stride,
+                                               uint16_t* dx, int64_t dx_row_stride);
+kflash_status kflash_log_softmax_backward_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* y,
+                                              int64_t y_row_stride, const uint16_t* dy, int64_t dy_row_stride,
+                                              uint16_t* dx, int64_t dx_row_stride);
+kflash_status kflash_logsumexp_backward_bf16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                             int64_t x_row_stride, const float* lse, const float* dlse, uint16_t* dx,
+                                             int64_t dx_row_stride);
+kflash_status kflash_logsumexp_backward_f16(kflash_memory memory, int64_t rows, int64_t cols, const uint16_t* x,
+                                            int64_t x_row_stride, const float* lse, const float* dlse, uint16_t* dx,
+                                            int64_t dx_row_stride);
 
 /* ---- Attention ------------------------------------------------------------------------------------
  * Arrays are described as DLPack does: data, element type, rank, extents and strides (in elements;
@@ -212,10 +232,11 @@ typedef struct kflash_cross_entropy_options {
 void kflash_cross_entropy_options_init(kflash_cross_entropy_options* options);
 
 /* loss (rows) = the cross-entropy of each row of logits (rows, vocabulary) against targets (rows),
- * as the C++ kflash::cross_entropy: logits and loss float32 or float64 (one type), targets int32 or
- * int64. mean (1), the logits' type, gets the mean loss over the rows not ignored (NaN if none); NULL
- * or data NULL: not wanted. A target outside [0, vocabulary) that is not ignore_index is an error,
- * and nothing is written. options NULL: the defaults. */
+ * as the C++ kflash::cross_entropy: logits float32, float64, bfloat16 or float16, loss of the
+ * logits' type (float32 for 16-bit logits), targets int32 or int64. mean (1), the loss's type, gets
+ * the mean loss over the rows not ignored (NaN if none); NULL or data NULL: not wanted. A target
+ * outside [0, vocabulary) that is not ignore_index is an error, and nothing is written. options
+ * NULL: the defaults. */
 kflash_status kflash_cross_entropy(kflash_memory memory, const kflash_array* logits, const kflash_array* targets,
                                    const kflash_array* loss, const kflash_array* mean,
                                    const kflash_cross_entropy_options* options);
@@ -223,7 +244,8 @@ kflash_status kflash_cross_entropy(kflash_memory memory, const kflash_array* log
 /* dlogits (rows, vocabulary) = dloss[r] times the gradient of row r's loss with respect to its
  * logits, as the C++ kflash::cross_entropy_backward. dlogits may be the logits' own array (in place:
  * the same data and strides). lse (rows), the forward's logsumexp of each row, saves a pass over the
- * logits (NULL or data NULL: computed). dloss and lse have the logits' type. */
+ * logits (NULL or data NULL: computed). dlogits has the logits' type; dloss and lse too, or
+ * float32 for 16-bit logits. */
 kflash_status kflash_cross_entropy_backward(kflash_memory memory, const kflash_array* logits,
                                             const kflash_array* targets, const kflash_array* dloss,
                                             const kflash_array* dlogits, const kflash_array* lse,

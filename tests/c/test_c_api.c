@@ -53,16 +53,6 @@ static void softmax_f32(void) {
   free(x), free(y), free(lse), free(row);
 }
 
-/* A 16-bit value's bits as a double: bf16 (8-bit exponent, 7-bit mantissa) or f16 (5, 10). */
-static double decode16(uint16_t bits, int f16) {
-  const int mant = f16 ? 10 : 7, bias = f16 ? 15 : 127, emax = f16 ? 31 : 255;
-  const int e = (bits & 0x7FFF) >> mant, m = bits & ((1 << mant) - 1);
-  const double sign = bits & 0x8000 ? -1.0 : 1.0;
-  if (e == emax) return m ? NAN : sign * INFINITY;
-  if (e == 0) return sign * ldexp(m, 1 - bias - mant);
-  return sign * ldexp((1 << mant) + m, e - bias - mant);
-}
-
 /* softmax and log_softmax of 16-bit rows (bf16 and f16, 40 rows x 1500 with padded rows, random
  * bit patterns of magnitudes 1/32 to 16), logsumexp into float: each output within one unit in the
  * last place of its 16-bit value (at least the smallest subnormal) plus float's error (as the f32
@@ -115,6 +105,86 @@ static void rows_16_bit(int f16) {
     CHECK(padding_kept, "%s: the padding between rows was written", name);
   }
   free(x), free(y), free(lse), free(row);
+}
+
+/* A random 16-bit value of magnitude 2^-5 to 2^2 (negative where `negative`, else either sign). */
+static uint16_t random16(int f16, int negative) {
+  const int mant = f16 ? 10 : 7, bias = f16 ? 15 : 127;
+  const int e = bias - 5 + (int)uniform(0, 7), m = (int)uniform(0, 1 << mant) & ((1 << mant) - 1);
+  const int sign = negative || uniform(0, 1) < 0.5 ? 0x8000 : 0;
+  return (uint16_t)(sign | (e << mant) | m);
+}
+
+/* The gradients of 16-bit rows (20 x 300 of a row stride 301): softmax_backward apart,
+ * log_softmax_backward in place over dy (y <= 0), logsumexp_backward with float lse and dlse; each
+ * element within one unit in the last place of its 16-bit value plus float's error (64 eps times
+ * the magnitude its terms give, as the f32 test's); the padding untouched. */
+static void gradients_16_bit(int f16) {
+  const long rows = 20, cols = 300, ld = 301;
+  const int mant = f16 ? 10 : 7;
+  const char* name = f16 ? "f16" : "bf16";
+  static const char* ops[3] = {"softmax_backward", "log_softmax_backward", "logsumexp_backward"};
+  uint16_t* a = malloc(sizeof(uint16_t) * rows * ld);
+  uint16_t* b = malloc(sizeof(uint16_t) * rows * ld);
+  uint16_t* dx = malloc(sizeof(uint16_t) * rows * ld);
+  double* dy = malloc(sizeof(double) * rows * ld); /* b as drawn (log_softmax_backward writes over it) */
+  float lse[20], dlse[20];
+  for (int op = 0; op < 3; ++op) {
+    for (long i = 0; i < rows * ld; ++i) {
+      a[i] = random16(f16, op == 1);
+      b[i] = random16(f16, 0);
+      dy[i] = decode16(b[i], f16);
+      dx[i] = 0x7E00;
+    }
+    for (long r = 0; r < rows; ++r) {
+      long double sum = 0;
+      for (long c = 0; c < cols; ++c) sum += expl(decode16(a[r * ld + c], f16));
+      lse[r] = (float)logl(sum);
+      dlse[r] = (float)uniform(-2, 2);
+    }
+    kflash_status st;
+    uint16_t* out = op == 1 ? b : dx;
+    if (op == 0) {
+      st = (f16 ? kflash_softmax_backward_f16 : kflash_softmax_backward_bf16)(KFLASH_MEMORY_HOST, rows, cols, a, ld, b,
+                                                                             ld, dx, ld);
+    } else if (op == 1) {
+      st = (f16 ? kflash_log_softmax_backward_f16 : kflash_log_softmax_backward_bf16)(KFLASH_MEMORY_HOST, rows, cols, a,
+                                                                                     ld, b, ld, b, ld);
+    } else {
+      st = (f16 ? kflash_logsumexp_backward_f16 : kflash_logsumexp_backward_bf16)(KFLASH_MEMORY_HOST, rows, cols, a, ld,
+                                                                                 lse, dlse, dx, ld);
+    }
+    CHECK(st == KFLASH_SUCCESS, "%s %s: %s", name, ops[op], kflash_last_error());
+    double worst = 0;
+    int padding_kept = 1;
+    for (long r = 0; r < rows; ++r) {
+      long double s = 0, abs_s = 0;
+      for (long c = 0; c < cols; ++c) {
+        const long double y = decode16(a[r * ld + c], f16), g = dy[r * ld + c];
+        s += op == 0 ? g * y : g;
+        abs_s += fabsl(op == 0 ? g * y : g);
+      }
+      for (long c = 0; c < cols; ++c) {
+        const long double y = decode16(a[r * ld + c], f16), g = dy[r * ld + c];
+        long double want, magnitude;
+        if (op == 0) {
+          want = y * (g - s), magnitude = fabsl(y) * (fabsl(g) + abs_s);
+        } else if (op == 1) {
+          want = g - expl(y) * s, magnitude = fabsl(g) + expl(y) * abs_s * (1 + fabsl(y));
+        } else {
+          want = dlse[r] * expl(y - lse[r]), magnitude = fabsl(want) * (1 + fabsl(y) + fabsl(lse[r]));
+        }
+        const long double tol = ldexpl(fabsl(want), -mant) + ldexpl(1, f16 ? -24 : -133) + 64 * 1.1920929e-7L * magnitude;
+        const double e = (double)(fabsl(decode16(out[r * ld + c], f16) - want) / tol);
+        worst = e > worst ? e : worst;
+      }
+      const long pad = r * ld + cols;
+      padding_kept = padding_kept && (op == 1 ? decode16(b[pad], f16) == dy[pad] : dx[pad] == 0x7E00);
+    }
+    CHECK(worst <= 1, "%s %s: worst error over its tolerance %g", name, ops[op], worst);
+    CHECK(padding_kept, "%s %s wrote the padding between rows", name, ops[op]);
+  }
+  free(a), free(b), free(dx), free(dy);
 }
 
 /* log_softmax in place on fp64 rows of 777: within 1e-13 of the reference (absolute over |ref| + 1). */
@@ -301,6 +371,8 @@ int main(void) {
   rows_16_bit(0);
   rows_16_bit(1);
   gradients();
+  gradients_16_bit(0);
+  gradients_16_bit(1);
   errors();
   CHECK(kflash_finalize() == KFLASH_SUCCESS, "%s", kflash_last_error());
   CHECK(kflash_softmax_f32(KFLASH_MEMORY_HOST, 1, 4, x, 4, y, 4) == KFLASH_ERROR_NOT_INITIALIZED, "after finalize");

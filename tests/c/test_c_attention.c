@@ -361,32 +361,6 @@ static void merge(void) {
   CHECK(worst <= 1e-13, "merge of two halves against one call: worst error %g", worst);
 }
 
-/* A value k / 64 (|k| <= 128, exact in both 16-bit formats) as bfloat16 or float16 bits. */
-static uint16_t encode16(double x, int f16) {
-  if (!f16) {
-    const float f = (float)x;
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return (uint16_t)(bits >> 16);
-  }
-  if (x == 0) return 0;
-  int e;
-  const double m = frexp(fabs(x), &e); /* |x| = (2m) 2^(e - 1), 2m in [1, 2) */
-  return (uint16_t)((x < 0 ? 0x8000u : 0u) | ((unsigned)(e - 1 + 15) << 10) | (unsigned)((2 * m - 1) * 1024));
-}
-
-static double decode16(uint16_t h, int f16) {
-  if (!f16) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-  }
-  const int e = (h >> 10) & 31, frac = h & 1023;
-  const double mag = e == 31 ? (frac ? NAN : INFINITY) : e == 0 ? ldexp(frac, -24) : ldexp(1024 + frac, e - 25);
-  return h & 0x8000 ? -mag : mag;
-}
-
 /* 16-bit q, k, v, o (GQA, causal) with float32 lse, then a merge of two 16-bit parts: o within one
  * rounding of the 16-bit type (2^-8 of max |ref| for bfloat16, 2^-11 for float16) plus float's error;
  * lse of another dtype than float32 is refused. */
@@ -542,7 +516,7 @@ static void errors(void) {
   f64_k.dtype = KFLASH_FLOAT64;
   CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &f64_k, &av, &ao, &al, &opt) == KFLASH_ERROR_INVALID_ARGUMENT,
         "mixed dtypes");
-  CHECK(strstr(kflash_last_error(), "must have the dtype of the first array, float32") != NULL, "%s",
+  CHECK(strstr(kflash_last_error(), "must have dtype float32 (the first array's") != NULL, "%s",
         kflash_last_error());
   kflash_array rank2 = aq;
   rank2.rank = 2;

@@ -1,7 +1,9 @@
 // libFuzzer harness over the C interface (include/kflash/kflash.h): any bytes become one call,
-// kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients, kflash_attention (fp32, fp64, bf16, fp16; every option array, varlen, paged)
+// kflash_softmax/log_softmax/logsumexp_f32/f64 or their _backward_ gradients (also bf16, f16),
+// kflash_attention (fp32, fp64, bf16, fp16; every option array, varlen, paged)
 // or kflash_attention_backward (the same arrays, o and lse as inputs, the gradients as outputs),
-// or kflash_merge_attention, kflash_cross_entropy or its _backward, with descriptors drawn from the bytes: mostly consistent shapes, then
+// or kflash_merge_attention, kflash_cross_entropy or its _backward (fp32, fp64, bf16, fp16 logits),
+// with descriptors drawn from the bytes: mostly consistent shapes, then
 // any field changed to any value (ranks, dtypes, negative or huge extents and strides, index arrays
 // pointing anywhere, outputs aliasing inputs, wrong memory kinds and struct sizes).
 //
@@ -257,11 +259,39 @@ void fuzz_rows(Bytes& in) {
   call.check(names[f64][op], s);
 }
 
+/// The dtype of a call's main arrays (q, rows, logits), and that of its per-row values, lse and
+/// option arrays (float32 where the main arrays are 16-bit).
+std::pair<kflash_dtype, kflash_dtype> storage_dtypes(Bytes& in) {
+  const kflash_dtype types[4] = {KFLASH_FLOAT32, KFLASH_FLOAT64, KFLASH_BFLOAT16, KFLASH_FLOAT16};
+  const kflash_dtype t = types[in.byte() % 4];
+  return {t, t == KFLASH_BFLOAT16 || t == KFLASH_FLOAT16 ? KFLASH_FLOAT32 : t};
+}
+
+/// One row-gradient call (op 0 softmax_backward, 1 log_softmax_backward, 2 logsumexp_backward) of
+/// row type T and per-row type L on the arrays d (a, b, dx) and per_row (lse, dlse).
+template <class T, class L>
+kflash_status row_grad(int op, kflash_memory memory, std::int64_t rows, std::int64_t cols, const kflash_array* d,
+                       const kflash_array* per_row, const std::int64_t* strides,
+                       kflash_status (*softmax_backward)(kflash_memory, int64_t, int64_t, const T*, int64_t, const T*,
+                                                         int64_t, T*, int64_t),
+                       kflash_status (*log_softmax_backward)(kflash_memory, int64_t, int64_t, const T*, int64_t,
+                                                             const T*, int64_t, T*, int64_t),
+                       kflash_status (*logsumexp_backward)(kflash_memory, int64_t, int64_t, const T*, int64_t,
+                                                           const L*, const L*, T*, int64_t)) {
+  const T* a = static_cast<const T*>(d[0].data);
+  const T* b = static_cast<const T*>(d[1].data);
+  T* dx = static_cast<T*>(d[2].data);
+  if (op == 0) return softmax_backward(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2]);
+  if (op == 1) return log_softmax_backward(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2]);
+  return logsumexp_backward(memory, rows, cols, a, strides[0], static_cast<const L*>(per_row[0].data),
+                            static_cast<const L*>(per_row[1].data), dx, strides[2]);
+}
+
 /// The row gradients: a (y, or x for logsumexp) and b (dy) as rows, lse and dlse (logsumexp) one
 /// value per row, dx as rows, in place over dy (or x) now and then.
 void fuzz_row_grads(Bytes& in) {
   const int op = in.byte() % 3;
-  const bool f64 = in.byte() & 1;
+  const auto [t, ts] = storage_dtypes(in);
   const kflash_memory memory = memory_kind(in);
   const std::int64_t rows = in.extent(0, 9), cols = in.extent(0, 70);
   std::int64_t strides[3];
@@ -273,12 +303,12 @@ void fuzz_row_grads(Bytes& in) {
   kflash_array rows_of[3]{}, per_row[2]{};  // a, b, dx; lse, dlse
   for (int i = 0; i < 3; ++i) {
     kflash_array& d = rows_of[i];
-    d.dtype = f64 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+    d.dtype = t;
     d.rank = 2;
     d.extent[0] = rows, d.extent[1] = cols;
     d.stride[0] = rows > 1 ? strides[i] : cols, d.stride[1] = 1;
   }
-  for (kflash_array& d : per_row) d.dtype = rows_of[0].dtype, d.rank = 1, d.extent[0] = rows, d.stride[0] = 1;
+  for (kflash_array& d : per_row) d.dtype = ts, d.rank = 1, d.extent[0] = rows, d.stride[0] = 1;
   const bool in_place = in.chance(60);  // dx over dy (softmax, log_softmax) or over x (logsumexp)
   const int over = op == 2 ? 0 : 1;
   call.allocate(rows_of[0], in_place && over == 0);
@@ -288,39 +318,34 @@ void fuzz_row_grads(Bytes& in) {
   else call.allocate(rows_of[2], true);
   for (kflash_array& d : rows_of)
     if (in.chance(10)) d.data = nullptr;
-  static const char* const names[2][3] = {
-      {"kflash_softmax_backward_f32", "kflash_log_softmax_backward_f32", "kflash_logsumexp_backward_f32"},
-      {"kflash_softmax_backward_f64", "kflash_log_softmax_backward_f64", "kflash_logsumexp_backward_f64"}};
-  const auto run = [&](auto* type_tag) {
-    using T = std::remove_pointer_t<decltype(type_tag)>;
-    const T* a = static_cast<const T*>(rows_of[0].data);
-    const T* b = static_cast<const T*>(rows_of[1].data);
-    T* dx = static_cast<T*>(rows_of[2].data);
-    const T* lse = static_cast<const T*>(per_row[0].data);
-    const T* dlse = static_cast<const T*>(per_row[1].data);
-    if constexpr (std::is_same<T, float>::value) {
-      return op == 0   ? kflash_softmax_backward_f32(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
-             : op == 1 ? kflash_log_softmax_backward_f32(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
-                       : kflash_logsumexp_backward_f32(memory, rows, cols, a, strides[0], lse, dlse, dx, strides[2]);
-    } else {
-      return op == 0   ? kflash_softmax_backward_f64(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
-             : op == 1 ? kflash_log_softmax_backward_f64(memory, rows, cols, a, strides[0], b, strides[1], dx, strides[2])
-                       : kflash_logsumexp_backward_f64(memory, rows, cols, a, strides[0], lse, dlse, dx, strides[2]);
-    }
-  };
-  call.check(names[f64][op], f64 ? run(static_cast<double*>(nullptr)) : run(static_cast<float*>(nullptr)));
-}
-
-/// q's dtype for an attention or merge call, and that of its lse and option arrays (float32 where q
-/// is 16-bit).
-std::pair<kflash_dtype, kflash_dtype> attention_dtypes(Bytes& in) {
-  const kflash_dtype types[4] = {KFLASH_FLOAT32, KFLASH_FLOAT64, KFLASH_BFLOAT16, KFLASH_FLOAT16};
-  const kflash_dtype t = types[in.byte() % 4];
-  return {t, t == KFLASH_BFLOAT16 || t == KFLASH_FLOAT16 ? KFLASH_FLOAT32 : t};
+  static const char* const names[3] = {"kflash_softmax_backward_", "kflash_log_softmax_backward_",
+                                       "kflash_logsumexp_backward_"};
+  kflash_status status;
+  const char* suffix;
+  if (t == KFLASH_FLOAT64) {
+    suffix = "f64";
+    status = row_grad<double, double>(op, memory, rows, cols, rows_of, per_row, strides, kflash_softmax_backward_f64,
+                                      kflash_log_softmax_backward_f64, kflash_logsumexp_backward_f64);
+  } else if (t == KFLASH_BFLOAT16) {
+    suffix = "bf16";
+    status = row_grad<std::uint16_t, float>(op, memory, rows, cols, rows_of, per_row, strides,
+                                            kflash_softmax_backward_bf16, kflash_log_softmax_backward_bf16,
+                                            kflash_logsumexp_backward_bf16);
+  } else if (t == KFLASH_FLOAT16) {
+    suffix = "f16";
+    status = row_grad<std::uint16_t, float>(op, memory, rows, cols, rows_of, per_row, strides,
+                                            kflash_softmax_backward_f16, kflash_log_softmax_backward_f16,
+                                            kflash_logsumexp_backward_f16);
+  } else {
+    suffix = "f32";
+    status = row_grad<float, float>(op, memory, rows, cols, rows_of, per_row, strides, kflash_softmax_backward_f32,
+                                    kflash_log_softmax_backward_f32, kflash_logsumexp_backward_f32);
+  }
+  call.check((std::string(names[op]) + suffix).c_str(), status);
 }
 
 void fuzz_attention(Bytes& in) {
-  const auto [t, ts] = attention_dtypes(in);
+  const auto [t, ts] = storage_dtypes(in);
   const kflash_memory memory = memory_kind(in);
   const std::int64_t B = 1 + in.byte() % 3, Hk = 1 + in.byte() % 2, Hq = Hk * (1 + in.byte() % 3);
   const std::int64_t Nq = in.byte() % 9, Nk = in.byte() % 13, D = 1 + in.byte() % 9, Dv = 1 + in.byte() % 9;
@@ -419,7 +444,7 @@ void fuzz_attention(Bytes& in) {
 }
 
 void fuzz_merge(Bytes& in) {
-  const auto [t, ts] = attention_dtypes(in);
+  const auto [t, ts] = storage_dtypes(in);
   const kflash_memory memory = memory_kind(in);
   const std::int64_t S = in.byte() % 4, B = 1 + in.byte() % 2, H = 1 + in.byte() % 3, N = in.byte() % 6,
                      Dv = 1 + in.byte() % 9;
@@ -435,7 +460,7 @@ void fuzz_merge(Bytes& in) {
 }
 
 void fuzz_cross_entropy(Bytes& in) {
-  const kflash_dtype t = in.byte() & 1 ? KFLASH_FLOAT64 : KFLASH_FLOAT32;
+  const auto [t, ts] = storage_dtypes(in);  // the logits', and the loss's, dloss's and lse's
   const kflash_dtype it = in.byte() & 1 ? KFLASH_INT64 : KFLASH_INT32;
   const kflash_memory memory = memory_kind(in);
   const std::int64_t rows = in.byte() % 7, vocab = in.byte() % 12;
@@ -452,7 +477,7 @@ void fuzz_cross_entropy(Bytes& in) {
   opt.struct_size = in.chance(245) ? sizeof(opt) : std::size_t(in.bits(16));
   const kflash_cross_entropy_options* options = in.chance(8) ? nullptr : &opt;
   if (!backward) {
-    kflash_array loss = call.array(t, {rows}), mean = call.array(t, {1});
+    kflash_array loss = call.array(ts, {rows}), mean = call.array(ts, {1});
     if (in.chance(12)) call.alias(loss);
     else call.allocate(loss, true);
     const bool with_mean = in.chance(100);
@@ -463,7 +488,7 @@ void fuzz_cross_entropy(Bytes& in) {
     call.check("kflash_cross_entropy",
                kflash_cross_entropy(memory, &logits, &targets, &loss, with_mean ? &mean : nullptr, options));
   } else {
-    kflash_array dloss = call.array(t, {rows}), dlogits = logits, lse = call.array(t, {rows});
+    kflash_array dloss = call.array(ts, {rows}), dlogits = logits, lse = call.array(ts, {rows});
     call.allocate(dloss, false);
     if (!in_place) {
       dlogits = call.array(t, {rows, vocab});
