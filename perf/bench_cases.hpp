@@ -564,6 +564,29 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
 
 // --- gradients ---------------------------------------------------------------------------------
 
+/// The row gradients as hand-written Kokkos code does them: a team per row reducing the row's sum
+/// into sums, then a second kernel writing dx (log_softmax's gradient where log_space, else softmax's).
+template <class Exec, class V, class Sums>
+void baseline_row_backward(const Exec& exec, bool log_space, const V& a, const V& dy, const V& dx, const Sums& sums) {
+  using member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  using T = typename V::value_type;
+  const index_t rows = index_t(a.extent(0)), cols = index_t(a.extent(1));
+  Kokkos::parallel_for(
+      "baseline::row_sums", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const member& t) {
+        const index_t r = t.league_rank();
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(t, cols),
+            [&](index_t j, T& acc) { acc += log_space ? dy(r, j) : dy(r, j) * a(r, j); }, sum);
+        Kokkos::single(Kokkos::PerTeam(t), [&] { sums(r) = sum; });
+      });
+  Kokkos::parallel_for(
+      "baseline::row_grad", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
+      KOKKOS_LAMBDA(index_t r, index_t j) {
+        dx(r, j) = log_space ? dy(r, j) - kflash::impl::exp(a(r, j)) * sums(r) : a(r, j) * (dy(r, j) - sums(r));
+      });
+}
+
 /// One gradient case of the row operations at rows x cols: softmax_backward and log_softmax_backward
 /// from y and dy into dx (two reads and one write: the triad's limit), logsumexp_backward from x, lse
 /// and dlse into dx (one read, one write: copy's). variant 0: kflash; 1 (softmax and log_softmax):
@@ -573,11 +596,11 @@ template <class Exec, class T>
 void row_backward_case(benchmark::State& state, const std::string& backend, RowKind kind, index_t rows,
                        index_t cols, int variant) {
   using mem = typename Exec::memory_space;
-  using member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  using A = kflash::impl::arith_t<T>;  // the type of lse, dlse and the baseline's sums
   const Exec exec;
   Kokkos::View<T**, Kokkos::LayoutRight, mem> a("a", rows, cols), dy("dy", kind == RowKind::logsumexp ? 0 : rows, cols),
       dx("dx", rows, cols);
-  Kokkos::View<T*, mem> lse("lse", rows), dlse("dlse", rows), sums("sums", rows);
+  Kokkos::View<A*, mem> lse("lse", rows), dlse("dlse", rows), sums("sums", rows);
   fill_normal(a, 1);
   if (kind == RowKind::logsumexp) {
     kflash::logsumexp(exec, a, lse);
@@ -597,20 +620,7 @@ void row_backward_case(benchmark::State& state, const std::string& backend, RowK
       else kflash::logsumexp_backward(exec, a, lse, dlse, dx);
       return;
     }
-    Kokkos::parallel_for("baseline::row_sums", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO),
-                         KOKKOS_LAMBDA(const member& t) {
-                           const index_t r = t.league_rank();
-                           T sum = 0;
-                           Kokkos::parallel_reduce(
-                               Kokkos::TeamThreadRange(t, cols),
-                               [&](index_t j, T& acc) { acc += log_space ? dy(r, j) : dy(r, j) * a(r, j); }, sum);
-                           Kokkos::single(Kokkos::PerTeam(t), [&] { sums(r) = sum; });
-                         });
-    Kokkos::parallel_for("baseline::row_grad", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
-                         KOKKOS_LAMBDA(index_t r, index_t j) {
-                           dx(r, j) = log_space ? dy(r, j) - kflash::impl::exp(a(r, j)) * sums(r)
-                                                : a(r, j) * (dy(r, j) - sums(r));
-                         });
+    if constexpr (!kflash::impl::is_half_type<T>) baseline_row_backward(exec, log_space, a, dy, dx, sums);
   });
   const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 2 : 3);
   set_rate(state, bytes, "GB/s");
@@ -632,22 +642,26 @@ template <class Exec, class T>
 void cross_entropy_backward_case(benchmark::State& state, const std::string& backend, index_t rows, index_t cols,
                                  int variant) {
   using mem = typename Exec::memory_space;
+  using A = kflash::impl::arith_t<T>;  // the type of dloss and lse
   const Exec exec;
   Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", rows, cols), lp("log_p", variant == 1 ? rows : 0, cols),
       dlp("dlog_p", variant == 1 ? rows : 0, cols);
   Kokkos::View<std::int64_t*, mem> targets("targets", rows);
-  Kokkos::View<T*, mem> dloss("dloss", rows), lse("lse", rows);
+  Kokkos::View<A*, mem> dloss("dloss", rows), lse("lse", rows);
   fill_normal(x, 1);
-  Kokkos::deep_copy(dloss, T(1) / T(rows));
+  Kokkos::deep_copy(dloss, A(1) / A(rows));
   Kokkos::parallel_for("targets", Kokkos::RangePolicy<Exec>(exec, 0, rows),
                        KOKKOS_LAMBDA(index_t r) { targets(r) = (r * 7919) % cols; });
   kflash::logsumexp(exec, x, lse);
-  if (variant == 1) kflash::log_softmax(exec, x, lp);
+  constexpr bool half = kflash::impl::is_half_type<T>;  // 16-bit logits: kflash's calls only
+  if constexpr (!half) {
+    if (variant == 1) kflash::log_softmax(exec, x, lp);
+  }
   const std::string key = backend + "/cross_entropy_backward/" + type_name<T>() + "/" + std::to_string(rows) + "x" +
                           std::to_string(cols);
   kflash::CrossEntropyOptions o;
   o.label_smoothing = 0.1;
-  const T eps = T(o.label_smoothing);
+  const A eps = A(o.label_smoothing);
   // In place: each call overwrites x with a gradient that the next call takes as logits, whose
   // values stay moderate (|dlogits| <= 1 / rows), so the timing is of the same work throughout.
   const double s = run_timed(state, exec, [&] {
@@ -655,7 +669,7 @@ void cross_entropy_backward_case(benchmark::State& state, const std::string& bac
       kflash::cross_entropy_backward(exec, x, targets, dloss, x, o, lse);
     } else if (variant == 2) {
       kflash::cross_entropy_backward(exec, x, targets, dloss, x, o);
-    } else {
+    } else if constexpr (!half) {
       Kokkos::parallel_for("baseline::dlog_p", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
                            KOKKOS_LAMBDA(index_t r, index_t c) {
                              dlp(r, c) = -dloss(r) * (eps / T(cols) + (c == targets(r) ? T(1) - eps : T(0)));
@@ -670,9 +684,9 @@ void cross_entropy_backward_case(benchmark::State& state, const std::string& bac
     return;
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
-  const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
+  const auto plan = kflash::impl::plan_rows<A, Traits>(exec, rows, cols);
   set_relative(state, backend + "/copy_bw", bytes / s, key, s,
-               variant == 2 ? double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<T>) : 0);
+               variant == 2 ? double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<A>) : 0);
   set_work(state, 4 * double(rows) * double(cols), bytes);
 }
 

@@ -147,23 +147,37 @@ void register_backend(Registry& reg) {
         using T = decltype(type_tag);
         const std::string base = be + "/" + row_kind_name(kind) + "_backward/" + type_name<T>() + "/" +
                                  std::to_string(sh.first) + "x" + std::to_string(sh.second);
-        if (kind != RowKind::logsumexp && (host || sh.first >= 1024))
+        if (kind != RowKind::logsumexp && (host || sh.first >= 1024) && !kflash::impl::is_half_type<T>)
           reg.add(base + "/baseline_2pass",
                   [=](benchmark::State& s) { row_backward_case<Exec, T>(s, be, kind, sh.first, sh.second, 1); });
         reg.add(base + "/kflash",
                 [=](benchmark::State& s) { row_backward_case<Exec, T>(s, be, kind, sh.first, sh.second, 0); });
       };
       add_grad(float());
-      if (reg.opt.full) add_grad(double());
+      if (reg.opt.full) {
+        add_grad(double());
+        add_grad(kflash::bhalf_t());
+        add_grad(kflash::half_t());
+      }
     }
   }
   for (const Shape& sh : ce_shapes) {
     if (!reg.opt.full && sh.first != 256) continue;
-    const std::string base = be + "/cross_entropy_backward/" + type_name<float>() + "/" + std::to_string(sh.first) +
-                             "x" + std::to_string(sh.second);
-    for (int variant : {1, 0, 2})
-      reg.add(base + (variant == 1 ? "/baseline_log_softmax_backward" : variant == 0 ? "/kflash" : "/kflash_without_lse"),
-              [=](benchmark::State& s) { cross_entropy_backward_case<Exec, float>(s, be, sh.first, sh.second, variant); });
+    const auto add_ce_grad = [&](auto type_tag) {
+      using T = decltype(type_tag);
+      const std::string base = be + "/cross_entropy_backward/" + type_name<T>() + "/" + std::to_string(sh.first) + "x" +
+                               std::to_string(sh.second);
+      for (int variant : {1, 0, 2}) {
+        if (variant == 1 && kflash::impl::is_half_type<T>) continue;  // 16-bit logits: kflash's calls only
+        reg.add(
+            base + (variant == 1   ? "/baseline_log_softmax_backward"
+                    : variant == 0 ? "/kflash"
+                                   : "/kflash_without_lse"),
+            [=](benchmark::State& s) { cross_entropy_backward_case<Exec, T>(s, be, sh.first, sh.second, variant); });
+      }
+    };
+    add_ce_grad(float());
+    if (reg.opt.full) add_ce_grad(kflash::bhalf_t());
   }
 
   // attention and decode
