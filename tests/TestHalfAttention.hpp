@@ -1,9 +1,12 @@
-// attention and merge_attention on 16-bit q, k, v, o (kflash::bhalf_t, kflash::half_t; lse and the
-// options float) on TEST_EXECSPACE, against the long-double reference on the same 16-bit inputs: the
-// attention tests' cases, run through a runner that stores the Views in 16 bits (GUIDE §9).
+// attention, merge_attention and AttentionStream on 16-bit q, k, v, o (kflash::bhalf_t,
+// kflash::half_t; lse and the options float) on TEST_EXECSPACE, against the long-double reference on
+// the same 16-bit inputs: the attention tests' cases, run through a runner that stores the Views in
+// 16 bits (GUIDE §9).
 #pragma once
 
 #include <SequencesCommon.hpp>
+#include <StreamsCommon.hpp>
+
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -218,6 +221,58 @@ TEST(TEST_CATEGORY, HalfAttentionMerge) {
   }
   const Storage16Scope scope(rounding16<kflash::half_t>());
   half_merge_case<kflash::half_t>();
+}
+
+/// AttentionStream<H> over key chunks of `width` (shuffled) with the options of `terms`: q, k, v
+/// stored in H ((B, N, H, D) strides for K/V), o rounded once by result(), lse float; against the
+/// reference on the same 16-bit values (the caller's Storage16Scope adds o's rounding).
+template <class H>
+void check_half_attention_stream(const AttnData<float>& a, const RefTerms& terms, std::size_t width,
+                                 const std::string& what) {
+  const AttnShape& s = a.s;
+  const auto q = make_tensor<float>(s.B, s.Hq, s.Nq, s.D, false, a.q);
+  const auto k = make_tensor<float>(s.B, s.Hk, s.Nk, s.D, true, a.k);
+  const auto v = make_tensor<float>(s.B, s.Hk, s.Nk, s.Dv, true, a.v);
+  const auto store = [](const auto& f) { return stored16<H, typename std::decay_t<decltype(f)>::array_layout>(f); };
+  const auto q16 = store(q.view), k16 = store(k.view), v16 = store(v.view);
+  kflash::AttentionOptions opt;
+  opt.causal = s.causal;
+  opt = with_terms<float>(opt, s, terms);
+  kflash::AttentionStream<H, AExec> stream(AExec(), q16, std::int64_t(s.Dv), opt,
+                                           std::int64_t(s.Nk) - std::int64_t(s.Nq));
+  for (const auto& t : tiles_of(s.Nk, width, 7)) {
+    const auto keys = Kokkos::make_pair(t.first, t.second);
+    stream.update(AExec(), Kokkos::subview(k16, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL),
+                  Kokkos::subview(v16, Kokkos::ALL, Kokkos::ALL, keys, Kokkos::ALL), std::int64_t(t.first));
+  }
+  Kokkos::View<H****, AMem> o16("o16", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<float****, AMem> o("o", s.B, s.Hq, s.Nq, s.Dv);
+  Kokkos::View<float***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  stream.result(AExec(), o16, lse);
+  widened_into(o, o16);
+  const AttnRef ref = reference_attention(a, 1 / std::sqrt(ld(s.D)), terms);
+  expect_attention_matches<float>(ref, flatten4(o), flatten3(lse), attention_tolerance<float>(ref),
+                                  what + " " + name16<H>() + " AttentionStream " + describe(s) + " chunks of " +
+                                      std::to_string(width));
+}
+
+template <class H>
+void half_attention_streams() {
+  const Storage16Scope scope(rounding16<H>());
+  const auto a = rounded16<H>(make_attn_data<float>(AttnShape{2, 4, 2, 5, 300, 16, 8}, 111));
+  for (std::size_t width : {1, 64, 300}) check_half_attention_stream<H>(a, {}, width, "dense");
+  const auto c = rounded16<H>(make_attn_data<float>(AttnShape{1, 2, 1, 6, 200, 32, 32, true}, 113));
+  for (std::size_t width : {8, 200}) check_half_attention_stream<H>(c, {}, width, "causal");
+  RefTerms mods;
+  mods.softcap = 5;
+  mods.slopes = rounded<float>({0.5L, 0.25L});
+  mods.sinks = rounded<float>({1.5L, -2});
+  check_half_attention_stream<H>(c, mods, 16, "softcap + ALiBi + sinks");
+}
+
+TEST(TEST_CATEGORY, HalfAttentionStream) {
+  half_attention_streams<kflash::bhalf_t>();
+  half_attention_streams<kflash::half_t>();
 }
 
 }  // namespace kflash_test

@@ -1,6 +1,6 @@
-// softmax, log_softmax, logsumexp and cross_entropy on 16-bit Views (kflash::bhalf_t, kflash::half_t) on
-// TEST_EXECSPACE, against a long-double reference on the same 16-bit inputs (GUIDE §9: computed in
-// float, each output rounded once to nearest even).
+// softmax, log_softmax, logsumexp, SoftmaxStream and cross_entropy on 16-bit Views
+// (kflash::bhalf_t, kflash::half_t) on TEST_EXECSPACE, against a long-double reference on the same
+// 16-bit inputs (GUIDE §9: computed in float, each output rounded once to nearest even).
 #pragma once
 
 #include <CrossEntropyCommon.hpp>
@@ -131,6 +131,67 @@ void check_half_rows() {
   std::vector<ld> xs;
   for (H h : host) xs.push_back(wide(h));
   expect_lse_matches(reference_row(xs.data(), xs.size()), got, 8 * eps<float>, "rank 1 logsumexp");
+}
+
+/// SoftmaxStream<H>: rows x cols fed in tiles of `width`, the last tile first, then logsumexp (float
+/// and 16-bit out), softmax into another View and log_softmax in place, each against the reference
+/// of the same 16-bit values (the lse within the fp32 stream tests' bound).
+template <class H>
+void check_half_stream(std::size_t rows, std::size_t cols, const std::vector<H>& host, std::size_t width) {
+  using Exec = TEST_EXECSPACE;
+  using Mem = Exec::memory_space;
+  const std::string where = std::string("SoftmaxStream<") + Half16<H>::name() + "> " + std::to_string(rows) + "x" +
+                            std::to_string(cols) + " tiles of " + std::to_string(width);
+  const auto x = make_matrix<H, Kokkos::LayoutRight, Exec>(rows, cols, host);
+  Kokkos::View<H**, Kokkos::LayoutRight, Mem> y("y", rows, cols);
+  kflash::SoftmaxStream<H, Exec> stream(Exec(), y);
+  for (std::size_t end = cols; end > 0;) {
+    const std::size_t begin = end > width ? end - width : 0;
+    stream.update(Exec(), Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(begin, end)), std::int64_t(begin));
+    end = begin;
+  }
+  Kokkos::View<float*, Mem> lse("lse", rows);
+  Kokkos::View<H*, Mem> lse16("lse16", rows);
+  stream.logsumexp(Exec(), lse);
+  stream.logsumexp(Exec(), lse16);
+  const auto got = to_host(lse);
+  const auto got16 = to_host(lse16);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<ld> xs(cols);
+    for (std::size_t c = 0; c < cols; ++c) xs[c] = wide(host[r * cols + c]);
+    const RefRow ref = reference_row(xs.data(), cols);
+    expect_lse_matches(ref, got[r], 2e-6L, where + " logsumexp row " + std::to_string(r));
+    if (std::isnan(got[r])) EXPECT_TRUE(std::isnan(wide(got16[r]))) << where << " 16-bit logsumexp row " << r;
+    else EXPECT_EQ(wide(got16[r]), wide(kflash::impl::narrow<H>(got[r]))) << where << " 16-bit logsumexp row " << r;
+  }
+  Kokkos::View<H**, Kokkos::LayoutRight, Mem> p("p", rows, cols);
+  stream.finalize(Exec(), p, kflash::Normalize::prob);
+  stream.finalize(Exec(), y, kflash::Normalize::log_prob);
+  const auto prob = to_host_row_major(p), logp = to_host_row_major(y);
+  for (std::size_t r = 0; r < rows; ++r) {
+    expect_half_row(host.data() + r * cols, prob.data() + r * cols, cols, false, where + " softmax row " +
+                                                                                      std::to_string(r));
+    expect_half_row(host.data() + r * cols, logp.data() + r * cols, cols, true, where + " log_softmax row " +
+                                                                                    std::to_string(r));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+template <class H>
+void check_half_streams() {
+  const std::size_t rows = 4, cols = 3000;
+  std::vector<H> host = halves<H>(normal_values<float>(rows * cols, 61, 3.0));
+  for (std::size_t c = 0; c < cols; c += 5) host[cols + c] = kflash::impl::narrow<H>(-HUGE_VALF);  // masked
+  host[2 * cols + 1234] = kflash::impl::narrow<H>(nan<float>);                                      // a NaN row
+  for (std::size_t width : {7, 1000, 3000}) {
+    check_half_stream<H>(rows, cols, host, width);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(TEST_CATEGORY, HalfSoftmaxStream) {
+  check_half_streams<kflash::bhalf_t>();
+  check_half_streams<kflash::half_t>();
 }
 
 /// cross_entropy of 16-bit logits (float loss and mean) against the long-double reference loss of

@@ -17,12 +17,14 @@ namespace impl {
 /// sequences (dense, varlen or paged), and hands them to run(p, terms, seq, q, k, v, o, lse,
 /// has_lse) with the Views as the kernels read them, unless the call has no query row. fn: the call
 /// its messages name (attention_backward checks its forward arguments here too, with Written false:
-/// o and lse are its inputs, and may hold const values).
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class ScoreMod, class MaskMod,
-          class Run, class Written = std::true_type>
+/// o and lse are its inputs, and may hold const values). ArithOut true: o may hold the arithmetic
+/// type of 16-bit q, k, v (AttentionStream's chunk results, merged in float).
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class ScoreMod, class MaskMod, class Run,
+          class Written = std::true_type, class ArithOut = std::false_type>
 void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o,
                     const AttentionOptions& opt, const LV& lse, bool has_lse, const ScoreMod& score_mod,
-                    const MaskMod& mask_mod, const Run& run, const char* fn = "attention", Written = {}) {
+                    const MaskMod& mask_mod, const Run& run, const char* fn = "attention", Written = {},
+                    ArithOut = {}) {
   (void)exec;
   using T = arith_t<typename OV::non_const_value_type>;  // the options' and lse's value type
   using Mem = typename ExecSpace::memory_space;
@@ -49,7 +51,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     require_disjoint_from_options(fn, "lse", lse, opt);
   }
   require_disjoint_from_options(fn, "o", o, opt);
-  static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV, Written::value>();
+  static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV, Written::value, true, ArithOut::value>();
   const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
   if constexpr (view_rank<QV> == 3 && view_rank<KV> == 3 && view_rank<VV> == 3 && view_rank<OV> == 3 &&
                 view_rank<LV> == 2) {

@@ -27,15 +27,20 @@ namespace kflash {
 /// the sink's logit). Options: scale, causal, window_left/right, softcap, alibi_slopes, sinks (which
 /// join each row once, in result()) and schedule; bias, mask, block_mask, varlen and paged options
 /// refer to a whole key sequence and are refused. Keys given twice throw std::invalid_argument. Q
-/// must stay unchanged while the stream lives (it is read at each update).
+/// must stay unchanged while the stream lives (it is read at each update). T may be 16-bit storage
+/// (kflash::bhalf_t, kflash::half_t): q, k, v and result()'s o hold it; the rows' states, O, each
+/// chunk's results, lse and the option arrays are float, and o is rounded once, in result().
 template <class T, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class AttentionStream {
-  static_assert(std::is_floating_point<T>::value, "kflash::AttentionStream: T must be float or double");
+  static_assert(std::is_floating_point<T>::value || impl::is_half_type<T>,
+                "kflash::AttentionStream: T must be float, double, kflash::bhalf_t or kflash::half_t");
 
  public:
   using execution_space = ExecSpace;
   using memory_space = typename ExecSpace::memory_space;
   using query_type = Kokkos::View<const T****, Kokkos::LayoutStride, memory_space>;
+  /// The arithmetic type (T, or float for 16-bit T): the states, lse and the option arrays.
+  using arith_type = impl::arith_t<T>;
 
   template <class QView>
   AttentionStream(const ExecSpace& exec, const QView& q, std::int64_t dv, const AttentionOptions& options = {},
@@ -58,15 +63,15 @@ class AttentionStream {
         throw_invalid_argument(fn, std::string(r.first) + " is not supported by streams (it spans the whole key "
                                                           "sequence): use attention()");
     B_ = index_t(q_.extent(0)), Hq_ = index_t(q_.extent(1)), Nq_ = index_t(q_.extent(2)), Dv_ = dv;
-    sinks_ = option_array<ExecSpace, T>(options.sinks, "options.sinks", {Hq_}, 0,
-                                        "(Hq) = (" + std::to_string(Hq_) + ")");
+    sinks_ = option_array<ExecSpace, arith_type>(options.sinks, "options.sinks", {Hq_}, 0,
+                                                 "(Hq) = (" + std::to_string(Hq_) + ")");
     sinks_view_ = options.sinks;
     options_.sinks = OptionView();  // sinks join each row once, in result()
     const std::size_t rows = std::size_t(B_ * Hq_ * Nq_);
     rows_.state = decltype(rows_.state)(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                                            "kflash::AttentionStream states"), rows);
     rows_.o = decltype(rows_.o)(Kokkos::view_alloc(exec, "kflash::AttentionStream o"), rows, std::size_t(Dv_));
-    Kokkos::deep_copy(exec, rows_.state, SoftmaxState<T>::identity());
+    Kokkos::deep_copy(exec, rows_.state, SoftmaxState<arith_type>::identity());
     o_part_ = decltype(o_part_)(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::AttentionStream chunk o"),
                                 B_, Hq_, Nq_, Dv_);
     lse_part_ = decltype(lse_part_)(
@@ -104,18 +109,20 @@ class AttentionStream {
                                        describe("v", v));
       StreamRanges keys = keys_;
       keys.add(key_offset, key_offset + std::int64_t(k.extent(2)), fn, "keys");
-      attention_impl(exec, q_, k, v, o_part_, options_, lse_part_, true, NoScoreMod(), NoMaskMod(),
-                     [&](const AttentionPlan& p, const auto& terms, const auto& seq, const auto& qa, const auto& ka,
-                         const auto& va, const auto& oa, const auto& la, bool with_lse) {
-                       AttentionPlan at = p;
-                       at.at_offset = true;
-                       at.query_offset = query_offset_ - key_offset;
-                       dispatch_attention(exec, at, terms, seq, qa, ka, va, oa, la, with_lse);
-                       Kokkos::parallel_for("kflash::AttentionStream::update absorb",
-                                            Kokkos::RangePolicy<ExecSpace>(exec, 0, B_ * Hq_ * Nq_),
-                                            AbsorbAttentionChunk<T, memory_space, decltype(o_part_), decltype(lse_part_)>{
-                                                rows_, o_part_, lse_part_, Hq_, Nq_});
-                     });
+      attention_impl(
+          exec, q_, k, v, o_part_, options_, lse_part_, true, NoScoreMod(), NoMaskMod(),
+          [&](const AttentionPlan& p, const auto& terms, const auto& seq, const auto& qa, const auto& ka,
+              const auto& va, const auto& oa, const auto& la, bool with_lse) {
+            AttentionPlan at = p;
+            at.at_offset = true;
+            at.query_offset = query_offset_ - key_offset;
+            dispatch_attention(exec, at, terms, seq, qa, ka, va, oa, la, with_lse);
+            Kokkos::parallel_for("kflash::AttentionStream::update absorb",
+                                 Kokkos::RangePolicy<ExecSpace>(exec, 0, B_ * Hq_ * Nq_),
+                                 AbsorbAttentionChunk<arith_type, memory_space, decltype(o_part_), decltype(lse_part_)>{
+                                     rows_, o_part_, lse_part_, Hq_, Nq_});
+          },
+          "attention", std::true_type{}, std::true_type{});
       keys_ = std::move(keys);
     }
   }
@@ -127,7 +134,7 @@ class AttentionStream {
   }
   template <class OView>
   void result(const ExecSpace& exec, const OView& o) const {
-    result_impl(exec, o, Kokkos::View<T***, memory_space>(), false);
+    result_impl(exec, o, Kokkos::View<arith_type***, memory_space>(), false);
   }
 
   /// Absorbs `other`, a stream of the same queries (shapes, query_offset and options) over other
@@ -149,7 +156,7 @@ class AttentionStream {
     StreamRanges keys = keys_;
     keys.add_all(other.keys_, fn, "keys");
     Kokkos::parallel_for("kflash::AttentionStream::merge", Kokkos::RangePolicy<ExecSpace>(exec, 0, B_ * Hq_ * Nq_),
-                         AbsorbAttentionRows<T, memory_space>{rows_, other.rows_});
+                         AbsorbAttentionRows<arith_type, memory_space>{rows_, other.rows_});
     keys_ = std::move(keys);
   }
 
@@ -170,7 +177,7 @@ class AttentionStream {
   template <class QView>
   static query_type checked_queries(const QView& q) {
     using namespace impl;
-    static_check_view<ExecSpace, QView, false>();
+    static_check_view<ExecSpace, QView, false, true>();
     static_assert(std::is_same<std::remove_cv_t<typename QView::value_type>, T>::value,
                   "kflash::AttentionStream: q's value type must be the stream's T");
     require_initialized("AttentionStream");
@@ -187,8 +194,12 @@ class AttentionStream {
     using namespace impl;
     const char* fn = "AttentionStream::result";
     const CallScope<ExecSpace> call(fn);
-    static_check_view<ExecSpace, OView, true>();
+    static_check_view<ExecSpace, OView, true, true>();
     static_check_view<ExecSpace, LView, true>();
+    static_assert(std::is_same<typename OView::value_type, T>::value &&
+                      std::is_same<typename LView::value_type, arith_type>::value,
+                  "kflash::AttentionStream::result: o must hold the stream's T, lse its arithmetic type (T, or "
+                  "float where T is 16-bit)");
     require_rank(fn, "o", o, 4, 4);
     require_rank(fn, "lse", lse, 3, 3);
     if constexpr (view_rank<OView> == 4 && view_rank<LView> == 3) {
@@ -199,9 +210,9 @@ class AttentionStream {
         throw_invalid_argument(fn, "expected " + describe_extents("o", 4, want) +
                                        " and lse (B, Hq, Nq), got " + describe("o", o) +
                                        (has_lse ? " and " + describe("lse", lse) : std::string()));
-      Kokkos::parallel_for("kflash::AttentionStream::result", Kokkos::RangePolicy<ExecSpace>(exec, 0, B_ * Hq_ * Nq_),
-                           AttentionRowsResult<T, memory_space, OView, LView>{rows_, sinks_, o, lse, has_lse, Hq_,
-                                                                              Nq_});
+      Kokkos::parallel_for(
+          "kflash::AttentionStream::result", Kokkos::RangePolicy<ExecSpace>(exec, 0, B_ * Hq_ * Nq_),
+          AttentionRowsResult<arith_type, memory_space, OView, LView>{rows_, sinks_, o, lse, has_lse, Hq_, Nq_});
     }
   }
 
@@ -209,11 +220,11 @@ class AttentionStream {
   AttentionOptions options_;  // the options each chunk runs with (sinks removed)
   std::int64_t query_offset_ = 0;
   index_t B_ = 0, Hq_ = 0, Nq_ = 0, Dv_ = 0;
-  impl::Strided<T> sinks_;
+  impl::Strided<arith_type> sinks_;
   OptionView sinks_view_;  // keeps the sinks' memory alive
-  impl::AttentionRows<T, memory_space> rows_;
-  Kokkos::View<T****, Kokkos::LayoutRight, memory_space> o_part_;
-  Kokkos::View<T***, Kokkos::LayoutRight, memory_space> lse_part_;
+  impl::AttentionRows<arith_type, memory_space> rows_;
+  Kokkos::View<arith_type****, Kokkos::LayoutRight, memory_space> o_part_;  // a chunk's results, in arith_type
+  Kokkos::View<arith_type***, Kokkos::LayoutRight, memory_space> lse_part_;
   impl::StreamRanges keys_;
 };
 

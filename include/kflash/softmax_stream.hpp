@@ -32,18 +32,22 @@ namespace kflash {
 /// whole rows within the contract's bounds, and follow its special values (a row of only -inf gives
 /// 0 and -inf, a NaN or +inf makes the row NaN). Calls run on `exec` and may return before they
 /// complete, like Kokkos kernels; update() completes its copy before it returns only through
-/// exec.fence().
+/// exec.fence(). T may be 16-bit storage (kflash::bhalf_t, kflash::half_t): the tiles and y hold
+/// 16-bit values, the states and the final pass are computed in float, each output rounded once.
 template <class T, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class SoftmaxStream {
-  static_assert(std::is_floating_point<T>::value, "kflash::SoftmaxStream: T must be float or double");
+  static_assert(std::is_floating_point<T>::value || impl::is_half_type<T>,
+                "kflash::SoftmaxStream: T must be float, double, kflash::bhalf_t or kflash::half_t");
 
  public:
   using execution_space = ExecSpace;
   using memory_space = typename ExecSpace::memory_space;
   /// The stream's rows, as the View given to the constructor.
   using values_type = Kokkos::View<T**, Kokkos::LayoutStride, memory_space>;
+  /// The arithmetic type: T, or float for 16-bit T.
+  using arith_type = impl::arith_t<T>;
   /// Each row's state over the columns absorbed so far.
-  using states_type = Kokkos::View<SoftmaxState<T>*, memory_space>;
+  using states_type = Kokkos::View<SoftmaxState<arith_type>*, memory_space>;
 
   /// A stream writing into y (rows, cols), a rank-2 View of T in the space's memory, of any layout.
   template <class YView>
@@ -51,7 +55,7 @@ class SoftmaxStream {
     const impl::CallScope<ExecSpace> call("SoftmaxStream");
     states_ = states_type(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kflash::SoftmaxStream states"),
                           y_.extent(0));
-    Kokkos::deep_copy(exec, states_, SoftmaxState<T>::identity());
+    Kokkos::deep_copy(exec, states_, SoftmaxState<arith_type>::identity());
   }
   template <class YView>
   explicit SoftmaxStream(const YView& y) : SoftmaxStream(impl::initialized_space<ExecSpace>("SoftmaxStream"), y) {}
@@ -74,7 +78,7 @@ class SoftmaxStream {
     using namespace impl;
     const char* fn = "SoftmaxStream::update";
     const CallScope<ExecSpace> call(fn);
-    static_check_view<ExecSpace, TileView, false>();
+    static_check_view<ExecSpace, TileView, false, true>();
     static_assert(std::is_same<std::remove_cv_t<typename TileView::value_type>, T>::value,
                   "kflash::SoftmaxStream::update: the tile's value type must be the stream's T");
     require_rank(fn, "tile", tile, 2, 2);
@@ -92,13 +96,18 @@ class SoftmaxStream {
     }
   }
 
-  /// out (rows) = log(sum exp) of each row over the columns absorbed so far (-inf before any).
+  /// out (rows) = log(sum exp) of each row over the columns absorbed so far (-inf before any); out
+  /// holds T, or float where T is 16-bit.
   template <class OutView>
   void logsumexp(const ExecSpace& exec, const OutView& out) const {
     using namespace impl;
     const char* fn = "SoftmaxStream::logsumexp";
     const CallScope<ExecSpace> call(fn);
-    static_check_view<ExecSpace, OutView, true>();
+    static_check_view<ExecSpace, OutView, true, true>();
+    static_assert(std::is_same<typename OutView::value_type, T>::value ||
+                      std::is_same<typename OutView::value_type, arith_type>::value,
+                  "kflash::SoftmaxStream::logsumexp: out's value type must be the stream's T (or float where T "
+                  "is 16-bit)");
     require_rank(fn, "out", out, 1, 1);
     if constexpr (view_rank<OutView> == 1) {
       require_open(fn);
@@ -119,7 +128,7 @@ class SoftmaxStream {
     using namespace impl;
     const char* fn = "SoftmaxStream::finalize";
     const CallScope<ExecSpace> call(fn);
-    static_check_view<ExecSpace, OutView, true>();
+    static_check_view<ExecSpace, OutView, true, true>();
     static_assert(std::is_same<typename OutView::value_type, T>::value,
                   "kflash::SoftmaxStream::finalize: out's value type must be the stream's T");
     require_rank(fn, "out", out, 2, 2);
@@ -132,7 +141,7 @@ class SoftmaxStream {
                                        " has not arrived (" + std::to_string(columns_.covered()) + " of " +
                                        std::to_string(cols()) + " columns absorbed)");
       }
-      const RowPlan plan = plan_rows<T, ScheduleTraits<ExecSpace>>(exec, rows(), cols());
+      const RowPlan plan = plan_rows<arith_type, ScheduleTraits<ExecSpace>>(exec, rows(), cols());
       const char* label = "kflash::SoftmaxStream::finalize";
       if (what == Normalize::prob) write<RowOp::softmax>(exec, Rows<OutView>{out}, plan, label);
       else write<RowOp::log_softmax>(exec, Rows<OutView>{out}, plan, label);
@@ -158,7 +167,7 @@ class SoftmaxStream {
   template <class YView>
   static values_type checked_output(const YView& y) {
     using namespace impl;
-    static_check_view<ExecSpace, YView, true>();
+    static_check_view<ExecSpace, YView, true, true>();
     static_assert(std::is_same<typename YView::value_type, T>::value,
                   "kflash::SoftmaxStream: y's value type must be the stream's T");
     require_initialized("SoftmaxStream");

@@ -40,18 +40,20 @@ inline void check_options(const AttentionOptions& opt, AttentionPlan& p) {
 /// Checks attention()'s View types: q, k, v and o of one storage type S (float, double, or 16-bit:
 /// kflash::bhalf_t, kflash::half_t), lse of S's arithmetic type (float for 16-bit); rank 4 (rank 3
 /// with lse rank 2 when varlen); o and lse writable where Written. Takes16 false: the call takes
-/// float or double only.
-template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Written = true, bool Takes16 = true>
+/// float or double only. ArithOut: o may also hold S's arithmetic type (a stream's chunk results).
+template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, bool Written = true, bool Takes16 = true,
+          bool ArithOut = false>
 void static_check_attention_views() {
   static_check_view<ExecSpace, QV, false, Takes16>();
   static_check_view<ExecSpace, KV, false, Takes16>();
   static_check_view<ExecSpace, VV, false, Takes16>();
   static_check_view<ExecSpace, OV, Written, Takes16>();
   static_check_view<ExecSpace, LV, Written>();
-  using S = typename OV::non_const_value_type;
-  static_assert(std::is_same<std::remove_cv_t<typename QV::value_type>, S>::value &&
-                    std::is_same<std::remove_cv_t<typename KV::value_type>, S>::value &&
-                    std::is_same<std::remove_cv_t<typename VV::value_type>, S>::value,
+  using S = std::remove_cv_t<typename QV::value_type>;
+  using OS = typename OV::non_const_value_type;
+  static_assert(std::is_same<std::remove_cv_t<typename KV::value_type>, S>::value &&
+                    std::is_same<std::remove_cv_t<typename VV::value_type>, S>::value &&
+                    (std::is_same<OS, S>::value || (ArithOut && std::is_same<OS, arith_t<S>>::value)),
                 "kflash::attention: q, k, v and o must have the same value type");
   static_assert(std::is_same<typename LV::non_const_value_type, arith_t<S>>::value,
                 "kflash::attention: lse must have the value type of o, or float where o holds kflash::bhalf_t or "

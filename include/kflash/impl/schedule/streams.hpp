@@ -76,7 +76,8 @@ struct AttentionRowsResult {
     const index_t i = row % Nq, h = (row / Nq) % Hq, b = row / (Nq * Hq);
     SoftmaxState<T> st = rows.state(row);
     const T factor = finish_row(st, sinks.on(), sinks.on() ? sinks(h) : T(0));
-    for (index_t d = 0; d < index_t(rows.o.extent(1)); ++d) o(b, h, i, d) = rows.o(row, d) * factor;
+    for (index_t d = 0; d < index_t(rows.o.extent(1)); ++d)
+      o(b, h, i, d) = store_as<typename OV::non_const_value_type>(rows.o(row, d) * factor);
     if (has_lse) lse(b, h, i) = st.logsumexp();
   }
 };

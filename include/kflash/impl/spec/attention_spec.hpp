@@ -122,7 +122,7 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
 template <class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV>
 void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq, const QV& q,
                         const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
-  using S = typename OV::non_const_value_type;
+  using S = std::remove_cv_t<typename QV::value_type>;  // the storage decides the schedule (o may be wider)
   using Traits = ScheduleTraits<ExecSpace>;
   p = plan_attention<S, Traits>(exec, p);
   with_team_shape<S, Traits>(p, [&](auto shape) {

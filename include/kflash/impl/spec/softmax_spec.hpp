@@ -88,7 +88,7 @@ void run_row_phase(const ExecSpace& exec, const XRows& x, const YRows& y, const 
 /// after the kernels complete (they use a cached workspace).
 template <class ExecSpace, class XRows, class States>
 void absorb_row_states(const ExecSpace& exec, const XRows& x, const States& states, const std::string& label) {
-  using T = std::remove_cv_t<typename decltype(x.v)::value_type>;
+  using T = arith_t<typename decltype(x.v)::value_type>;
   using memory_space = typename ExecSpace::memory_space;
   using Workspace = Kokkos::View<SoftmaxState<T>**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryUnmanaged>;
   const RowPlan plan = plan_rows<T, ScheduleTraits<ExecSpace>>(exec, x.rows(), x.cols());
