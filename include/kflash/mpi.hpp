@@ -28,9 +28,9 @@ namespace impl {
 /// MPI_Allreduce; returns the states in the execution space's memory. Through host memory: the
 /// states are a few bytes per row.
 template <class ExecSpace, class XView>
-Kokkos::View<SoftmaxState<std::remove_cv_t<typename XView::value_type>>*, typename ExecSpace::memory_space>
+Kokkos::View<SoftmaxState<kflash::impl::arith_t<typename XView::value_type>>*, typename ExecSpace::memory_space>
 global_row_states(const ExecSpace& exec, MPI_Comm comm, const XView& x, const char* function) {
-  using T = std::remove_cv_t<typename XView::value_type>;
+  using T = kflash::impl::arith_t<typename XView::value_type>;  // the states' type (float for 16-bit x)
   using States = Kokkos::View<SoftmaxState<T>*, typename ExecSpace::memory_space>;
   const std::string label = std::string("kflash::mpi::") + function;
   States states(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label + " states"), x.extent(0));
@@ -63,15 +63,16 @@ template <kflash::impl::RowOp Op, class ExecSpace, class XView, class YView>
 void sharded_rows(const ExecSpace& exec, MPI_Comm comm, const XView& x, const YView& y) {
   using namespace kflash::impl;
   const char* fn = row_op_name(Op);
-  static_check_view<ExecSpace, XView, false>();
-  static_check_view<ExecSpace, YView, true>();
+  static_check_view<ExecSpace, XView, false, true>();
+  static_check_view<ExecSpace, YView, true, true>();
+  static_check_same_type<XView, YView>();
   agree_rows(comm, x, fn, [&] {
     require_rank(fn, "x", x, 2, 2);
     require_same_shape(fn, "x", x, "y", y);
   });
   if constexpr (view_rank<XView> == 2 && view_rank<YView> == 2) {
     const auto states = global_row_states(exec, comm, x, fn);
-    const RowPlan plan = plan_rows<std::remove_cv_t<typename XView::value_type>, ScheduleTraits<ExecSpace>>(
+    const RowPlan plan = plan_rows<arith_t<typename XView::value_type>, ScheduleTraits<ExecSpace>>(
         exec, index_t(x.extent(0)), index_t(x.extent(1)));
     write_from_states<Op>(exec, Rows<XView>{x}, Rows<YView>{y}, states, plan,
                           std::string("kflash::mpi::") + fn + " write");
@@ -114,7 +115,7 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
   std::vector<std::int64_t> mine{0, 0, options.ignore_index, smoothing_bits, z_bits, targets_fingerprint(exec, targets)};
   if constexpr (view_rank<LogitsView> == 2) mine[0] = std::int64_t(logits.extent(0)), mine[1] = std::int64_t(logits.extent(1));
   const auto ranks = agree(comm, mine, fn, [&] {
-    check_cross_entropy<ExecSpace>(logits, targets, loss, options);
+    check_cross_entropy<ExecSpace, true>(logits, targets, loss, options);
     if (mine[0] > std::int64_t(INT_MAX))
       throw_invalid_argument(fn, "'" + describe("logits", logits) + "' has more rows than one MPI call carries (INT_MAX)");
   });
@@ -122,7 +123,7 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
   require_same(ranks, {5}, fn, "targets (their fingerprint, the last value)");
   LossTotal total = LossTotal::identity();
   if constexpr (view_rank<LogitsView> == 2 && view_rank<TargetsView> == 1 && view_rank<LossView> == 1) {
-    using T = std::remove_cv_t<typename LogitsView::value_type>;
+    using T = arith_t<typename LogitsView::value_type>;  // the statistics' type (float for 16-bit logits)
     using Stats = LogitStats<T>;
     using memory_space = typename ExecSpace::memory_space;
     const Shard shard = shard_of(ranks, 1, comm);
@@ -175,7 +176,10 @@ MPI_Op state_op() {
 /// ranks before it; a rank may hold none). The rows must agree across ranks; every call is
 /// collective and takes one MPI_Allreduce of the row states, plus one MPI_Allgather of the shapes,
 /// which makes a mismatch throw the same std::invalid_argument on every rank. Views in host memory,
-/// or in device memory (the states pass through host memory; the rows never do).
+/// or in device memory (the states pass through host memory; the rows never do). Rows of float,
+/// double or 16-bit storage (kflash::bhalf_t, kflash::half_t: the states and their reduction in
+/// float, each output rounded once); logsumexp's out of x's type or float, cross_entropy's loss and
+/// mean float for 16-bit logits.
 ///
 /// y (rows, local columns) = softmax of the whole rows, at this rank's columns.
 template <class ExecSpace, class XView, class YView>
@@ -194,8 +198,9 @@ template <class ExecSpace, class XView, class OutView>
 void logsumexp(const ExecSpace& exec, MPI_Comm comm, const XView& x, const OutView& out) {
   using namespace kflash::impl;
   const char* fn = "logsumexp";
-  static_check_view<ExecSpace, XView, false>();
-  static_check_view<ExecSpace, OutView, true>();
+  static_check_view<ExecSpace, XView, false, true>();
+  static_check_view<ExecSpace, OutView, true, true>();
+  static_check_row_scalars<XView, OutView>();
   impl::agree_rows(comm, x, fn, [&] {
     require_rank(fn, "x", x, 2, 2);
     require_rank(fn, "out", out, 1, 1);
@@ -207,7 +212,9 @@ void logsumexp(const ExecSpace& exec, MPI_Comm comm, const XView& x, const OutVi
     const auto states = impl::global_row_states(exec, comm, x, fn);
     Kokkos::parallel_for(
         "kflash::mpi::logsumexp write", Kokkos::RangePolicy<ExecSpace>(exec, 0, x.extent(0)),
-        KOKKOS_LAMBDA(const std::size_t r) { out(r) = states(r).logsumexp(); });
+        KOKKOS_LAMBDA(const std::size_t r) {
+          out(r) = store_as<typename OutView::non_const_value_type>(states(r).logsumexp());
+        });
     exec.fence();
   }
 }
@@ -251,13 +258,16 @@ void cross_entropy(const ExecSpace& exec, MPI_Comm comm, const LogitsView& logit
 /// so the result equals attention() over the whole sequence within rounding. Options as
 /// AttentionStream takes them (scale, causal, windows, softcap, ALiBi, sinks), positions being
 /// those of the whole sequence; bias, mask, block_mask, varlen and paged options are refused.
+/// 16-bit q, k, v, o (kflash::bhalf_t, kflash::half_t): K/V blocks travel as their 16 bits, the
+/// rows' states in float, lse and the option arrays float, o rounded once.
 /// Device Views go to MPI as they are: that needs a CUDA-aware MPI. Collective; a shape or option
 /// that differs between ranks throws the same std::invalid_argument on every rank.
 template <class ExecSpace, class QView, class KView, class VView, class OView>
 void ring_attention(const ExecSpace& exec, MPI_Comm comm, const QView& q, const KView& k, const VView& v,
                     const OView& o, const AttentionOptions& options = {}) {
-  impl::ring_attention_impl(exec, comm, q, k, v, o, options,
-                            Kokkos::View<typename OView::value_type***, typename ExecSpace::memory_space>(), false);
+  impl::ring_attention_impl(
+      exec, comm, q, k, v, o, options,
+      Kokkos::View<kflash::impl::arith_t<typename OView::value_type>***, typename ExecSpace::memory_space>(), false);
 }
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView>
 void ring_attention(const ExecSpace& exec, MPI_Comm comm, const QView& q, const KView& k, const VView& v,

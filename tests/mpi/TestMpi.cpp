@@ -336,6 +336,129 @@ TYPED_TEST(MpiTest, RingAttention) {
   }
 }
 
+// 16-bit storage (bhalf_t, half_t): the sharded rows, the sharded cross-entropy and ring attention
+// against the single-process kflash calls on the same 16-bit values. Each side is within one unit
+// in the last place of its 16-bit outputs (plus float's error) of the exact values, so they differ
+// by at most two such units; attention by twice GUIDE §9's bound of max |reference|.
+template <class H>
+std::vector<H> halves(std::size_t n, unsigned seed, double sigma) {
+  std::vector<H> out;
+  for (double x : normal_values<double>(n, seed, sigma)) out.push_back(kflash::impl::narrow<H>(float(x)));
+  return out;
+}
+
+template <class H>
+double wide(H h) {
+  return double(kflash::impl::to_float(h));
+}
+
+template <class H>
+void check_half_sharding() {
+  constexpr int mant = std::is_same<H, kflash::half_t>::value ? 10 : 7;
+  const auto unit = [&](double v) { return std::ldexp(std::fabs(v), 1 - mant) + 1e-7 * (1 + std::fabs(v)); };
+  const std::size_t rows = 5;
+  const std::int64_t cols = 3000;
+  const auto host = halves<H>(rows * std::size_t(cols), 21, 3.0);
+  const auto counts = column_counts(cols, comm_size());
+  std::int64_t col0 = 0;
+  for (int r = 0; r < comm_rank(); ++r) col0 += counts[std::size_t(r)];
+  const std::int64_t mine = counts[std::size_t(comm_rank())];
+  const auto whole = matrix<H>(rows, std::size_t(cols), host, 0, std::size_t(cols));
+  const auto x = matrix<H>(rows, std::size_t(mine), host, std::size_t(col0), std::size_t(cols));
+  Kokkos::View<H**, Kokkos::LayoutRight, Mem> p_ref("p_ref", rows, std::size_t(cols)), p("p", rows, std::size_t(mine));
+  Kokkos::View<float*, Mem> lse_ref("lse_ref", rows), lse("lse", rows);
+  kflash::softmax(Exec(), whole, p_ref);
+  kflash::logsumexp(Exec(), whole, lse_ref);
+  kflash::mpi::softmax(Exec(), MPI_COMM_WORLD, x, p);
+  kflash::mpi::logsumexp(Exec(), MPI_COMM_WORLD, x, lse);
+  const auto ph = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p);
+  const auto ph_ref = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p_ref);
+  const auto lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+  const auto lh_ref = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse_ref);
+  const std::string where = std::string(std::is_same<H, kflash::half_t>::value ? "half_t" : "bhalf_t") + " on " +
+                            std::to_string(comm_size()) + " ranks, rank " + std::to_string(comm_rank());
+  for (std::size_t r = 0; r < rows; ++r) {
+    ASSERT_LE(std::fabs(double(lh(r)) - double(lh_ref(r))), 4e-6 * (1 + std::fabs(double(lh_ref(r)))))
+        << where << " logsumexp row " << r;
+    for (std::int64_t c = 0; c < mine; ++c) {
+      const double want = wide(ph_ref(r, std::size_t(col0 + c))), got = wide(ph(r, std::size_t(c)));
+      ASSERT_LE(std::fabs(got - want), unit(want)) << where << " softmax (" << r << ", " << col0 + c << ")";
+    }
+  }
+  // Cross-entropy of 16-bit logits, float loss.
+  Kokkos::View<std::int64_t*, Mem> targets("targets", rows);
+  auto th = Kokkos::create_mirror_view(targets);
+  for (std::size_t r = 0; r < rows; ++r) th(r) = std::int64_t((r * 977 + 5) % std::size_t(cols));
+  Kokkos::deep_copy(targets, th);
+  kflash::CrossEntropyOptions o;
+  o.label_smoothing = 0.1;
+  Kokkos::View<float*, Mem> loss("loss", rows), loss_ref("loss_ref", rows);
+  kflash::cross_entropy(Exec(), whole, targets, loss_ref, o);
+  kflash::mpi::cross_entropy(Exec(), MPI_COMM_WORLD, x, targets, loss, o);
+  const auto l = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+  const auto lr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss_ref);
+  for (std::size_t r = 0; r < rows; ++r)
+    EXPECT_LE(std::fabs(double(l(r)) - double(lr(r))), 4e-6 * (1 + std::fabs(double(lr(r))))) << where << " loss " << r;
+}
+
+template <class H>
+void check_half_ring() {
+  const int size = comm_size(), rank = comm_rank();
+  const std::size_t B = 1, Hq = 4, Hk = 2, D = 16, Dv = 8, n_local = 24, N = n_local * std::size_t(size);
+  using V4 = Kokkos::View<H****, Kokkos::LayoutRight, Mem>;
+  auto fill = [&](std::size_t h, std::size_t n, std::size_t d, unsigned seed) {
+    V4 a("a", B, h, n, d);
+    auto ah = Kokkos::create_mirror_view(a);
+    const auto vals = halves<H>(a.size(), seed, 1.0);
+    std::copy(vals.begin(), vals.end(), ah.data());
+    Kokkos::deep_copy(a, ah);
+    return a;
+  };
+  const V4 q = fill(Hq, N, D, 31), k = fill(Hk, N, D, 32), v = fill(Hk, N, Dv, 33);
+  kflash::AttentionOptions opt;
+  opt.causal = true;
+  V4 o_ref("o_ref", B, Hq, N, Dv), ol("ol", B, Hq, n_local, Dv);
+  Kokkos::View<float***, Kokkos::LayoutRight, Mem> lse_ref("lse_ref", B, Hq, N), lsel("lsel", B, Hq, n_local);
+  kflash::attention(Exec(), q, k, v, o_ref, opt, lse_ref);
+  const auto pieces = kflash::mpi::sequence_pieces(rank, size, std::int64_t(n_local), true);
+  V4 ql("ql", B, Hq, n_local, D), kl("kl", B, Hk, n_local, D), vl("vl", B, Hk, n_local, Dv);
+  for (const auto& p : pieces) {
+    const auto local = Kokkos::make_pair(p.local, p.local + p.length);
+    const auto at = Kokkos::make_pair(p.offset, p.offset + p.length);
+    Kokkos::deep_copy(Kokkos::subview(ql, Kokkos::ALL, Kokkos::ALL, local, Kokkos::ALL),
+                      Kokkos::subview(q, Kokkos::ALL, Kokkos::ALL, at, Kokkos::ALL));
+    Kokkos::deep_copy(Kokkos::subview(kl, Kokkos::ALL, Kokkos::ALL, local, Kokkos::ALL),
+                      Kokkos::subview(k, Kokkos::ALL, Kokkos::ALL, at, Kokkos::ALL));
+    Kokkos::deep_copy(Kokkos::subview(vl, Kokkos::ALL, Kokkos::ALL, local, Kokkos::ALL),
+                      Kokkos::subview(v, Kokkos::ALL, Kokkos::ALL, at, Kokkos::ALL));
+  }
+  kflash::mpi::ring_attention(Exec(), MPI_COMM_WORLD, ql, kl, vl, ol, opt, lsel);
+  const auto oh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), ol);
+  const auto orh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o_ref);
+  const auto lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lsel);
+  const auto lrh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse_ref);
+  double max_ref = 0;
+  for (std::size_t i = 0; i < orh.size(); ++i) max_ref = std::max(max_ref, std::fabs(wide(orh.data()[i])));
+  const double tol = 2 * std::ldexp(1.0, std::is_same<H, kflash::half_t>::value ? -11 : -8) * max_ref + 1e-5;
+  for (const auto& p : pieces)
+    for (std::size_t h = 0; h < Hq; ++h)
+      for (std::int64_t i = 0; i < p.length; ++i) {
+        const std::size_t li = std::size_t(p.local + i), gi = std::size_t(p.offset + i);
+        ASSERT_LE(std::fabs(double(lh(0, h, li)) - double(lrh(0, h, gi))), 1e-5 * (1 + std::fabs(double(lrh(0, h, gi)))))
+            << "rank " << rank << " lse (" << h << ", " << gi << ")";
+        for (std::size_t d = 0; d < Dv; ++d)
+          ASSERT_LE(std::fabs(wide(oh(0, h, li, d)) - wide(orh(0, h, gi, d))), tol)
+              << "rank " << rank << " o (" << h << ", " << gi << ", " << d << ")";
+      }
+}
+
+TEST(MpiHalf, ShardedRowsCrossEntropyAndRing) {
+  check_half_sharding<kflash::bhalf_t>();
+  check_half_sharding<kflash::half_t>();
+  check_half_ring<kflash::bhalf_t>();
+  check_half_ring<kflash::half_t>();
+}
+
 /// Prints each failed assertion, with its rank.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& r) override {

@@ -171,8 +171,8 @@ constexpr void static_check_view() {
   using value_type = typename View::value_type;
   static_assert(Takes16 || !is_half_type<std::remove_cv_t<value_type>>,
                 "kflash: this call takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) "
-                "are taken by the softmax family, cross_entropy and their gradients, attention, merge_attention and "
-                "the streams so far");
+                "are taken by the softmax family, cross_entropy and their gradients, attention, merge_attention, the "
+                "streams and the MPI calls so far");
   static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value ||
                     (Takes16 && is_half_type<std::remove_cv_t<value_type>>),
                 "kflash: View value type must be float or double (or kflash::bhalf_t, kflash::half_t where the "

@@ -17,10 +17,16 @@ namespace kflash::mpi::impl {
 
 using kflash::impl::index_t;
 
+/// The MPI datatype of a scalar: float, double, or a 16-bit storage type (kflash::bhalf_t,
+/// kflash::half_t) carried as its 16 bits (payloads only: no MPI reduction works on them).
 template <class T>
 MPI_Datatype scalar_type() {
-  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value, "kflash::mpi: T is float or double");
-  return std::is_same<T, float>::value ? MPI_FLOAT : MPI_DOUBLE;
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value || kflash::impl::is_half_type<T>,
+                "kflash::mpi: T is float, double, kflash::bhalf_t or kflash::half_t");
+  static_assert(!kflash::impl::is_half_type<T> || sizeof(T) == sizeof(std::uint16_t),
+                "kflash::mpi: 16-bit storage types travel as their 16 bits");
+  if constexpr (kflash::impl::is_half_type<T>) return MPI_UINT16_T;
+  else return std::is_same<T, float>::value ? MPI_FLOAT : MPI_DOUBLE;
 }
 
 /// A committed contiguous datatype of `count` T's, created once per process.
