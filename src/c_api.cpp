@@ -175,8 +175,8 @@ void attention_typed(const char* function, kflash_memory memory, const kflash_ar
          describe("q", *q) + " must have rank 4 (B, Hq, Nq, D), or 3 (total_q, Hq, D) with varlen options");
 }
 
-/// An output of AttentionGrads (dsinks, dbias) as a writable OptionView of q's type T, empty when
-/// absent; the C++ call checks its shape against the option's.
+/// An output of AttentionGrads (dsinks, dbias) as a writable OptionView of type T (q's, or float32
+/// for 16-bit q), empty when absent; the C++ call checks its shape against the option's.
 template <class Exec, class T>
 kflash::OptionView grad_option(const char* function, const char* name, const kflash_array* a) {
   if (a == nullptr || a->data == nullptr) return {};
@@ -198,15 +198,16 @@ struct BackwardArrays {
 };
 
 /// attention_backward() with q, k, v, o and their gradients of rank R (4 dense, 3 varlen), lse of
-/// rank R - 1.
+/// rank R - 1; lse, dsinks and dbias of T's arithmetic type (float32 for 16-bit T).
 template <class T, int R>
 void attention_backward_call(const char* function, kflash_memory memory, const BackwardArrays& a,
                              const kflash_attention_options& options) {
+  using A = kflash::impl::arith_t<T>;
   const kflash_array& q = required<T>(function, "q", a.q, R);
   const kflash_array& k = required<T>(function, "k", a.k, R);
   const kflash_array& v = required<T>(function, "v", a.v, R);
   const kflash_array& o = required<T>(function, "o", a.o, R);
-  const kflash_array& lse = required<T>(function, "lse", a.lse, R - 1);
+  const kflash_array& lse = required<A>(function, "lse", a.lse, R - 1);
   const kflash_array& dout = required<T>(function, "dout", a.dout, R);
   const kflash_array& dq = required<T>(function, "dq", a.dq, R, true);
   const kflash_array& dk = required<T>(function, "dk", a.dk, R, true);
@@ -215,11 +216,11 @@ void attention_backward_call(const char* function, kflash_memory memory, const B
     using Exec = std::decay_t<decltype(exec)>;
     const kflash::AttentionOptions opt = cxx_options<Exec>(function, options);
     kflash::AttentionGrads grads;
-    grads.dsinks = grad_option<Exec, T>(function, "dsinks", a.dsinks);
-    grads.dbias = grad_option<Exec, T>(function, "dbias", a.dbias);
+    grads.dsinks = grad_option<Exec, A>(function, "dsinks", a.dsinks);
+    grads.dbias = grad_option<Exec, A>(function, "dbias", a.dbias);
     kflash::attention_backward(exec, strided_view<Exec, const T, R>(q), strided_view<Exec, const T, R>(k),
                                strided_view<Exec, const T, R>(v), strided_view<Exec, const T, R>(o),
-                               strided_view<Exec, const T, R - 1>(lse), strided_view<Exec, const T, R>(dout),
+                               strided_view<Exec, const A, R - 1>(lse), strided_view<Exec, const T, R>(dout),
                                strided_view<Exec, T, R>(dq), strided_view<Exec, T, R>(dk),
                                strided_view<Exec, T, R>(dv), opt, grads);
     exec.fence();
@@ -367,7 +368,7 @@ kflash_status kflash_attention_backward(kflash_memory memory, const kflash_array
     const kflash_attention_options known =
         known_options(fn, options, kflash_attention_options_init, "kflash_attention_options_init", sizeof(double));
     const BackwardArrays arrays{q, k, v, o, lse, dout, dq, dk, dv, dsinks, dbias};
-    on_float_type(fn, "q", q, [&](auto t) {
+    on_float_type<true>(fn, "q", q, [&](auto t) {
       using T = decltype(t);
       if (q->rank == 4) attention_backward_call<T, 4>(fn, memory, arrays, known);
       else if (q->rank == 3) attention_backward_call<T, 3>(fn, memory, arrays, known);

@@ -1,9 +1,10 @@
-// attention, merge_attention and AttentionStream on 16-bit q, k, v, o (kflash::bhalf_t,
-// kflash::half_t; lse and the options float) on TEST_EXECSPACE, against the long-double reference on
-// the same 16-bit inputs: the attention tests' cases, run through a runner that stores the Views in
-// 16 bits (GUIDE §9).
+// attention, merge_attention, AttentionStream and attention_backward on 16-bit q, k, v, o
+// (kflash::bhalf_t, kflash::half_t; lse and the options float) on TEST_EXECSPACE, against the
+// long-double reference on the same 16-bit inputs: the attention tests' cases, run through a runner
+// that stores the Views in 16 bits (GUIDE §9).
 #pragma once
 
+#include <BackwardCommon.hpp>
 #include <SequencesCommon.hpp>
 #include <StreamsCommon.hpp>
 
@@ -273,6 +274,63 @@ void half_attention_streams() {
 TEST(TEST_CATEGORY, HalfAttentionStream) {
   half_attention_streams<kflash::bhalf_t>();
   half_attention_streams<kflash::half_t>();
+}
+
+/// attention_backward on 16-bit q, k, v, o, dout, dq, dk, dv (lse, options and dsinks float) after
+/// the 16-bit forward, against the long-double gradients of the same 16-bit values (D_i from the o
+/// the call reads): per gradient within twice the 16-bit rounding of max |reference| plus GUIDE
+/// §8's fp32 bound.
+template <class H>
+void check_half_backward(const AttnShape& s, const RefTerms& terms, unsigned seed, const std::string& what) {
+  const auto a = rounded16<H>(make_attn_data<float>(s, seed));
+  std::vector<float> dout_f = normal_values<float>(s.B * s.Hq * s.Nq * s.Dv, seed + 1);
+  for (float& x : dout_f) x = round16<H>(x);
+  kflash::AttentionOptions opt;
+  opt.causal = s.causal;
+  opt = with_terms<float>(opt, s, terms);
+  const auto store = [](const auto& f) { return stored16<H, Kokkos::LayoutRight>(f); };
+  const auto q = store(make_tensor<float>(s.B, s.Hq, s.Nq, s.D, false, a.q).view);
+  const auto k = store(make_tensor<float>(s.B, s.Hk, s.Nk, s.D, false, a.k).view);
+  const auto v = store(make_tensor<float>(s.B, s.Hk, s.Nk, s.Dv, false, a.v).view);
+  const auto dout = store(make_tensor<float>(s.B, s.Hq, s.Nq, s.Dv, false, dout_f).view);
+  using V4 = Kokkos::View<H****, Kokkos::LayoutRight, AMem>;
+  V4 o("o", s.B, s.Hq, s.Nq, s.Dv), dq("dq", s.B, s.Hq, s.Nq, s.D), dk("dk", s.B, s.Hk, s.Nk, s.D),
+      dv("dv", s.B, s.Hk, s.Nk, s.Dv);
+  Kokkos::View<float***, AMem> lse("lse", s.B, s.Hq, s.Nq);
+  kflash::AttentionGrads grads;
+  Kokkos::View<float*, AMem> dsinks("dsinks", s.Hq);
+  if (!opt.sinks.empty()) grads.dsinks = dsinks;
+  kflash::attention(AExec(), q, k, v, o, opt, lse);
+  kflash::attention_backward(AExec(), q, k, v, o, lse, dout, dq, dk, dv, opt, grads);
+  const auto widened = [](const V4& h) {
+    Kokkos::View<float****, AMem> f("f", h.extent(0), h.extent(1), h.extent(2), h.extent(3));
+    widened_into(f, h);
+    return flatten4(f);
+  };
+  AttnGrads got{widened(dq), widened(dk), widened(dv), {}, {}};
+  if (!opt.sinks.empty()) {
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dsinks);
+    got.dsinks.assign(h.data(), h.data() + h.size());
+  }
+  const std::vector<ld> o_read = widened(o);
+  const AttnGrads ref = reference_attention_backward(a, 1 / std::sqrt(ld(s.D)), terms,
+                                                     std::vector<ld>(dout_f.begin(), dout_f.end()), &o_read);
+  expect_grads_within(ref, got, 2 * rounding16<H>() + 1e-4L, what + " " + name16<H>() + " " + describe(s));
+}
+
+template <class H>
+void half_attention_backward_cases() {
+  check_half_backward<H>(AttnShape{1, 4, 2, 40, 60, 32, 16, true}, {}, 121, "GQA causal");
+  RefTerms mods;
+  mods.softcap = 5;
+  mods.slopes = rounded<float>({0.5L, 0.25L});
+  mods.sinks = rounded<float>({1.5L, -2});
+  check_half_backward<H>(AttnShape{2, 2, 1, 17, 33, 16, 24}, mods, 123, "softcap + ALiBi + sinks");
+}
+
+TEST(TEST_CATEGORY, HalfAttentionBackward) {
+  half_attention_backward_cases<kflash::bhalf_t>();
+  half_attention_backward_cases<kflash::half_t>();
 }
 
 }  // namespace kflash_test

@@ -14,10 +14,11 @@ namespace kflash {
 /// The gradients attention_backward computes beyond dq, dk and dv, each off while empty (a plain
 /// struct of Views, as AttentionOptions):
 struct AttentionGrads {
-  /// (Hq), of q's value type: the gradient of options.sinks (which must be set).
+  /// (Hq), of q's value type (float where q is 16-bit): the gradient of options.sinks (which must be
+  /// set).
   OptionView dsinks;
-  /// options.bias's shape (B or 1, Hq or 1, Nq, Nk), of q's value type: the gradient of options.bias
-  /// (which must be set), summed over the extents the bias broadcasts.
+  /// options.bias's shape (B or 1, Hq or 1, Nq, Nk), of q's value type (float where q is 16-bit): the
+  /// gradient of options.bias (which must be set), summed over the extents the bias broadcasts.
   OptionView dbias;
 };
 
@@ -34,7 +35,8 @@ auto grad_view(const char* fn, const OptionView& grad, const char* name, const O
   if (grad.empty()) return View();
   const std::string got = describe(name, grad);
   if (like.empty()) throw_invalid_argument(fn, got + " is set, but " + like_name + " is not");
-  if (!grad.holds<T>()) throw_invalid_argument(fn, got + " must hold the value type of q, k and v");
+  if (!grad.holds<T>())
+    throw_invalid_argument(fn, got + " must hold the value type of q, k and v (float where they hold 16-bit values)");
   if (!grad.writable()) throw_invalid_argument(fn, got + " is written: it must not hold const values");
   if (!grad.accessible_from<ExecSpace>())
     throw_invalid_argument(fn, got + " is in a memory space that " + ExecSpace::name() + " cannot write");
@@ -54,20 +56,55 @@ auto backward_rows(const View& view, const Kokkos::View<const index_t*, Mem>& st
   else return view;
 }
 
+/// to(...) = from(...) converted (widened, or rounded once to nearest even), rank 3 or 4.
+template <class ExecSpace, class From, class To>
+void copy_converted(const ExecSpace& exec, const From& from, const To& to) {
+  using S = typename To::non_const_value_type;
+  if constexpr (view_rank<From> == 3) {
+    Kokkos::parallel_for(
+        "kflash::attention_backward convert",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(exec, {0, 0, 0}, {from.extent(0), from.extent(1),
+                                                                            from.extent(2)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c) { to(a, b, c) = store_as<S>(widen(from(a, b, c))); });
+  } else {
+    Kokkos::parallel_for(
+        "kflash::attention_backward convert",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>>(exec, {0, 0, 0, 0}, {from.extent(0), from.extent(1),
+                                                                               from.extent(2), from.extent(3)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
+          to(a, b, c, d) = store_as<S>(widen(from(a, b, c, d)));
+        });
+  }
+}
+
+/// A LayoutRight View of float in ExecSpace's memory of view's extents (rank 3 or 4), holding its
+/// values widened where `copy`.
+template <class ExecSpace, class View>
+auto widened_copy(const ExecSpace& exec, const View& view, const char* label, bool copy = true) {
+  constexpr int R = view_rank<View>;
+  using Data = std::conditional_t<R == 3, float***, float****>;
+  Kokkos::View<Data, Kokkos::LayoutRight, typename ExecSpace::memory_space> out(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, std::string("kflash::attention_backward ") + label),
+      view.extent(0), view.extent(1), view.extent(2), R == 4 ? view.extent(3) : KOKKOS_INVALID_INDEX);
+  if (copy) copy_converted(exec, view, out);
+  return out;
+}
+
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
           class DVV, class ScoreMod, class MaskMod>
 void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,
                              const DOV& dout, const DQV& dq, const DKV& dk, const DVV& dv,
                              const AttentionOptions& opt, const AttentionGrads& grads, const ScoreMod& score_mod,
                              const MaskMod& mask_mod) {
-  using T = typename OV::non_const_value_type;
+  using S = typename OV::non_const_value_type;  // the storage
+  using T = arith_t<S>;                          // the arithmetic, lse's and the options' type
   static_assert(std::is_same<ScoreMod, NoScoreMod>::value || has_score_derivative<ScoreMod, T>::value,
                 "kflash::attention_backward: a score_mod works backward only with a member "
                 "KOKKOS_FUNCTION T derivative(T score, b, h, i, j) const (d score_mod / d score)");
-  static_check_view<ExecSpace, DOV, false>();
-  static_check_view<ExecSpace, DQV, true>();
-  static_check_view<ExecSpace, DKV, true>();
-  static_check_view<ExecSpace, DVV, true>();
+  static_check_view<ExecSpace, DOV, false, true>();
+  static_check_view<ExecSpace, DQV, true, true>();
+  static_check_view<ExecSpace, DKV, true, true>();
+  static_check_view<ExecSpace, DVV, true, true>();
   static_check_same_type<OV, DOV>();
   static_check_same_type<OV, DQV>();
   static_check_same_type<OV, DKV>();
@@ -115,7 +152,26 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
     throw_aliased(fn, describe("grads.dsinks", grads.dsinks), describe("grads.dbias", grads.dbias));
   constexpr bool ranks_match = view_rank<DOV> == view_rank<OV> && view_rank<DQV> == view_rank<QV> &&
                                view_rank<DKV> == view_rank<KV> && view_rank<DVV> == view_rank<VV>;
-  if constexpr (ranks_match) {  // (else require_same_shape threw)
+  constexpr bool ranks_known = view_rank<QV> >= 3 && view_rank<QV> <= 4 && view_rank<KV> == view_rank<QV> &&
+                               view_rank<VV> == view_rank<QV> && view_rank<OV> == view_rank<QV>;
+  if constexpr (is_half_type<S>) {
+    // 16-bit storage: the inputs widened to float copies (O(N (D + Dv)) memory), the float gradients,
+    // each rounded once into dq, dk and dv. The checks above ran on the caller's Views (aliasing);
+    // the float call checks the shapes and options, naming the same extents.
+    if constexpr (ranks_match && ranks_known) {
+      const auto q32 = widened_copy(exec, q, "q"), k32 = widened_copy(exec, k, "k"), v32 = widened_copy(exec, v, "v");
+      const auto o32 = widened_copy(exec, o, "o"), dout32 = widened_copy(exec, dout, "dout");
+      const auto dq32 = widened_copy(exec, dq, "dq", false), dk32 = widened_copy(exec, dk, "dk", false);
+      const auto dv32 = widened_copy(exec, dv, "dv", false);
+      attention_backward_impl(exec, q32, k32, v32, o32, lse, dout32, dq32, dk32, dv32, opt, grads, score_mod,
+                              mask_mod);
+      copy_converted(exec, dq32, dq), copy_converted(exec, dk32, dk), copy_converted(exec, dv32, dv);
+      exec.fence();  // the copies must outlive the kernels
+    } else {
+      attention_impl(exec, q, k, v, o, opt, lse, true, score_mod, mask_mod, [](const auto&...) {}, fn,
+                     std::false_type());  // throws for the ranks
+    }
+  } else if constexpr (ranks_match) {  // (else require_same_shape threw)
     bool ran = false;
     // The forward's checks (shapes, options) name their call "attention": a backward call's name them
     // attention_backward.
@@ -157,6 +213,8 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
 /// Views of any layout. Paged K/V is inference-only and throws std::invalid_argument. Rows without
 /// a visible key give nothing; a masked pair gives exactly 0; NaN propagates. Deterministic: no
 /// atomics, the same gradients run to run and for any number of threads. Returns when they are written.
+/// 16-bit q, k, v, o, dout, dq, dk, dv (kflash::bhalf_t, kflash::half_t; lse, the options and grads
+/// float): computed in float on widened copies of the inputs, each gradient rounded once.
 template <class ExecSpace, class QV, class KV, class VV, class OV, class LV, class DOV, class DQV, class DKV,
           class DVV, std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void attention_backward(const ExecSpace& exec, const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse,

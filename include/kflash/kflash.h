@@ -205,7 +205,8 @@ kflash_status kflash_attention(kflash_memory memory, const kflash_array* q, cons
  * wrote them (lse required), dout shaped like o; dq like q, dk like k, dv like v (dk and dv summed
  * over each K/V head's group of query heads). dsinks (Hq) and dbias (options->bias's shape) get the
  * gradients of options->sinks and options->bias (NULL or data NULL: not wanted). Every array has q's
- * floating type. Paged K/V has no backward (an error). options NULL: the defaults. */
+ * floating type; with 16-bit q, k, v, o, dout, dq, dk, dv, lse, dsinks and dbias are float32. Paged
+ * K/V has no backward (an error). options NULL: the defaults. */
 kflash_status kflash_attention_backward(kflash_memory memory, const kflash_array* q, const kflash_array* k,
                                         const kflash_array* v, const kflash_array* o, const kflash_array* lse,
                                         const kflash_array* dout, const kflash_array* dq, const kflash_array* dk,

@@ -1,8 +1,8 @@
 /* kflash_attention, kflash_merge_attention and kflash_attention_backward from C99, against a naive
  * long-double reference: fp32 GQA + causal with q and o in (B, N, H, D) memory (strides), fp64 with
  * a window, softcap and sinks, varlen, a merge of two key halves, an options struct of an older
- * (shorter) header, 16-bit q, k, v, o and their merge, the gradients with every option of the fp64
- * case, and bad input: each error returns its status, names the argument and writes nothing. */
+ * (shorter) header, 16-bit q, k, v, o and their merge and gradients, the gradients with every
+ * option of the fp64 case, and bad input: each error returns its status, names the argument and writes nothing. */
 #include <kflash/kflash.h>
 
 #include "c_check.h"
@@ -361,6 +361,65 @@ static void merge(void) {
   CHECK(worst <= 1e-13, "merge of two halves against one call: worst error %g", worst);
 }
 
+/* kflash_attention_backward on 16-bit q, k, v, o, dout, dq, dk, dv (values k / 64, exact in both
+ * formats) with float32 lse and dsinks: GQA 4/2 causal with sinks. Against the long-double
+ * gradients of the same values, whose D_i comes from the exact o (kflash's from the 16-bit o it
+ * reads): per gradient within 2^-6 (bfloat16) or 2^-9 (float16) of max |reference|, four units of
+ * the 16-bit rounding (o's in D_i, and the outputs'; measured: 0.0018-0.0030 and 0.0003-0.0006);
+ * a 16-bit lse is refused. */
+static void attention_backward_16_bit(int f16) {
+  enum { B = 1, HQ = 4, HK = 2, NQ = 19, NK = 27, D = 8, DV = 8 };
+  problem p = {B, HQ, HK, NQ, NK, D, DV, {0}, {0}, {0}, {0}, 0, 0, 1, -1, -1, NULL};
+  p.scale = 1 / sqrtl(D);
+  const long double sinks_ref[HQ] = {0.5L, -1.0L, 1.5L, 0.25L};
+  float sinks[HQ] = {0.5f, -1.0f, 1.5f, 0.25f};
+  p.sinks = sinks_ref;
+  row_major(p.qs, HQ, NQ, D), row_major(p.ks, HK, NK, D), row_major(p.vs, HK, NK, DV), row_major(p.os, HQ, NQ, DV);
+  enum { SQ = B * HQ * NQ * D, SK = B * HK * NK * D, SV = B * HK * NK * DV, SO = B * HQ * NQ * DV };
+  static double qd[SQ], kd[SK], vd[SV], dod[SO], g[SQ + SK + SV + HQ];
+  static uint16_t q[SQ], k[SK], v[SV], o[SO], dout[SO], dq[SQ], dk[SK], dv[SV];
+  static long double rq[SQ], rk[SK], rv[SV], rs[HQ];
+  float lse[B * HQ * NQ], dsinks[HQ];
+  for (int i = 0; i < SQ; ++i) qd[i] = floor(uniform(-128, 129)) / 64, q[i] = encode16(qd[i], f16);
+  for (int i = 0; i < SK; ++i) kd[i] = floor(uniform(-128, 129)) / 64, k[i] = encode16(kd[i], f16);
+  for (int i = 0; i < SV; ++i) vd[i] = floor(uniform(-64, 65)) / 64, v[i] = encode16(vd[i], f16);
+  for (int i = 0; i < SO; ++i) dod[i] = floor(uniform(-64, 65)) / 64, dout[i] = encode16(dod[i], f16);
+  reference_backward(&p, qd, kd, vd, dod, rq, rk, rv, rs);
+  const kflash_dtype type = f16 ? KFLASH_FLOAT16 : KFLASH_BFLOAT16;
+  const int64_t eq[4] = {B, HQ, NQ, D}, ek[4] = {B, HK, NK, D}, ev[4] = {B, HK, NK, DV}, eo[4] = {B, HQ, NQ, DV},
+                el[3] = {B, HQ, NQ}, es[1] = {HQ};
+  kflash_array aq = array(q, type, 4, eq), ak = array(k, type, 4, ek), av = array(v, type, 4, ev),
+               ao = array(o, type, 4, eo), al = array(lse, KFLASH_FLOAT32, 3, el), ado = array(dout, type, 4, eo),
+               adq = array(dq, type, 4, eq), adk = array(dk, type, 4, ek), adv = array(dv, type, 4, ev),
+               ads = array(dsinks, KFLASH_FLOAT32, 1, es);
+  kflash_attention_options opt;
+  kflash_attention_options_init(&opt);
+  opt.causal = 1;
+  opt.sinks = array(sinks, KFLASH_FLOAT32, 1, es);
+  const char* name = f16 ? "float16" : "bfloat16";
+  CHECK(kflash_attention(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &opt) == KFLASH_SUCCESS, "%s: %s", name,
+        kflash_last_error());
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al, &ado, &adq, &adk, &adv, &ads, NULL,
+                                  &opt) == KFLASH_SUCCESS,
+        "%s: %s", name, kflash_last_error());
+  for (int i = 0; i < SQ; ++i) g[i] = decode16(dq[i], f16);
+  for (int i = 0; i < SK; ++i) g[SQ + i] = decode16(dk[i], f16);
+  for (int i = 0; i < SV; ++i) g[SQ + SK + i] = decode16(dv[i], f16);
+  for (int i = 0; i < HQ; ++i) g[SQ + SK + SV + i] = dsinks[i];
+  const double eq_ = relative_error(g, rq, SQ), ek_ = relative_error(g + SQ, rk, SK),
+               ev_ = relative_error(g + SQ + SK, rv, SV), es_ = relative_error(g + SQ + SK + SV, rs, HQ);
+  const double bound = f16 ? 0x1p-9 : 0x1p-6;
+  CHECK(eq_ <= bound && ek_ <= bound && ev_ <= bound && es_ <= bound,
+        "%s attention_backward: relative errors dq %g, dk %g, dv %g, dsinks %g over %g", name, eq_, ek_, ev_, es_,
+        bound);
+  kflash_array al16 = array(o, type, 3, el);
+  CHECK(kflash_attention_backward(KFLASH_MEMORY_HOST, &aq, &ak, &av, &ao, &al16, &ado, &adq, &adk, &adv, NULL, NULL,
+                                  &opt) == KFLASH_ERROR_INVALID_ARGUMENT &&
+            strstr(kflash_last_error(), "lse (1, 4, 19)") != NULL,
+        "%s backward lse: %s", name, kflash_last_error());
+  printf("%s attention_backward: relative errors dq %.3g, dk %.3g, dv %.3g, dsinks %.3g\n", name, eq_, ek_, ev_, es_);
+}
+
 /* 16-bit q, k, v, o (GQA, causal) with float32 lse, then a merge of two 16-bit parts: o within one
  * rounding of the 16-bit type (2^-8 of max |ref| for bfloat16, 2^-11 for float16) plus float's error;
  * lse of another dtype than float32 is refused. */
@@ -562,6 +621,8 @@ int main(void) {
   merge();
   attention_16_bit(0);
   attention_16_bit(1);
+  attention_backward_16_bit(0);
+  attention_backward_16_bit(1);
   older_options();
   errors();
   attention_backward_f64();

@@ -170,9 +170,8 @@ constexpr void static_check_view() {
   static_assert(Kokkos::is_view<View>::value, "kflash: arguments must be Kokkos::View");
   using value_type = typename View::value_type;
   static_assert(Takes16 || !is_half_type<std::remove_cv_t<value_type>>,
-                "kflash: this call takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) "
-                "are taken by the softmax family, cross_entropy and their gradients, attention, merge_attention, the "
-                "streams and the MPI calls so far");
+                "kflash: this argument takes float or double Views; 16-bit ones (kflash::bhalf_t, kflash::half_t) are "
+                "taken for rows, logits, q, k, v, o and their gradients, with float losses, lse and options");
   static_assert(std::is_floating_point<std::remove_cv_t<value_type>>::value ||
                     (Takes16 && is_half_type<std::remove_cv_t<value_type>>),
                 "kflash: View value type must be float or double (or kflash::bhalf_t, kflash::half_t where the "
