@@ -221,8 +221,8 @@ void attention_backward_call(const char* function, kflash_memory memory, const B
     kflash::attention_backward(exec, strided_view<Exec, const T, R>(q), strided_view<Exec, const T, R>(k),
                                strided_view<Exec, const T, R>(v), strided_view<Exec, const T, R>(o),
                                strided_view<Exec, const A, R - 1>(lse), strided_view<Exec, const T, R>(dout),
-                               strided_view<Exec, T, R>(dq), strided_view<Exec, T, R>(dk),
-                               strided_view<Exec, T, R>(dv), opt, grads);
+                               strided_view<Exec, T, R>(dq), strided_view<Exec, T, R>(dk), strided_view<Exec, T, R>(dv),
+                               opt, grads);
     exec.fence();
   });
 }

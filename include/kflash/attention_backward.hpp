@@ -63,14 +63,16 @@ void copy_converted(const ExecSpace& exec, const From& from, const To& to) {
   if constexpr (view_rank<From> == 3) {
     Kokkos::parallel_for(
         "kflash::attention_backward convert",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(exec, {0, 0, 0}, {from.extent(0), from.extent(1),
-                                                                            from.extent(2)}),
-        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c) { to(a, b, c) = store_as<S>(widen(from(a, b, c))); });
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(exec, {0, 0, 0},
+                                                          {from.extent(0), from.extent(1), from.extent(2)}),
+        KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c) {
+          to(a, b, c) = store_as<S>(widen(from(a, b, c)));
+        });
   } else {
     Kokkos::parallel_for(
         "kflash::attention_backward convert",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>>(exec, {0, 0, 0, 0}, {from.extent(0), from.extent(1),
-                                                                               from.extent(2), from.extent(3)}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>>(
+            exec, {0, 0, 0, 0}, {from.extent(0), from.extent(1), from.extent(2), from.extent(3)}),
         KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t c, std::size_t d) {
           to(a, b, c, d) = store_as<S>(widen(from(a, b, c, d)));
         });
@@ -97,7 +99,7 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
                              const AttentionOptions& opt, const AttentionGrads& grads, const ScoreMod& score_mod,
                              const MaskMod& mask_mod) {
   using S = typename OV::non_const_value_type;  // the storage
-  using T = arith_t<S>;                          // the arithmetic, lse's and the options' type
+  using T = arith_t<S>;                         // the arithmetic, lse's and the options' type
   static_assert(std::is_same<ScoreMod, NoScoreMod>::value || has_score_derivative<ScoreMod, T>::value,
                 "kflash::attention_backward: a score_mod works backward only with a member "
                 "KOKKOS_FUNCTION T derivative(T score, b, h, i, j) const (d score_mod / d score)");
@@ -163,8 +165,7 @@ void attention_backward_impl(const ExecSpace& exec, const QV& q, const KV& k, co
       const auto o32 = widened_copy(exec, o, "o"), dout32 = widened_copy(exec, dout, "dout");
       const auto dq32 = widened_copy(exec, dq, "dq", false), dk32 = widened_copy(exec, dk, "dk", false);
       const auto dv32 = widened_copy(exec, dv, "dv", false);
-      attention_backward_impl(exec, q32, k32, v32, o32, lse, dout32, dq32, dk32, dv32, opt, grads, score_mod,
-                              mask_mod);
+      attention_backward_impl(exec, q32, k32, v32, o32, lse, dout32, dq32, dk32, dv32, opt, grads, score_mod, mask_mod);
       copy_converted(exec, dq32, dq), copy_converted(exec, dk32, dk), copy_converted(exec, dv32, dv);
       exec.fence();  // the copies must outlive the kernels
     } else {
