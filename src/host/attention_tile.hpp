@@ -6,6 +6,7 @@
 
 #include "gemm.hpp"
 #include "half_rows.hpp"
+#include "pair_gemm.hpp"
 #include "vector_lanes.hpp"
 
 #include <cstdint>
@@ -62,14 +63,19 @@ void with_operand16(Storage16 format, F&& f) {
   else f(static_cast<const Float16*>(nullptr));
 }
 
-template <class T, int VB>
+/// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, pair_gemm.hpp);
+/// void in the variants without bf16 products, which are never given such tiles.
+template <class T, int VB, class Pairs = void>
 void attention_tile(const AttentionTile<T>& t) {
   constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors, DB = HostTraits::dot_block;
   static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
   constexpr bool takes16 = std::is_same<T, float>::value;
+  constexpr bool takes_pairs = takes16 && !std::is_void<Pairs>::value;
   if (t.part != TilePart::update) {
-    if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
+    if (t.q16 != nullptr) {  // scores from bf16 pairs, then scaled
+      if constexpr (takes_pairs) Pairs::scores(t);
+    } else if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
       gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.k_next, t.nk_next);
     } else if (t.k16 != nullptr) {  // the same from 16-bit rows
       if constexpr (takes16)
@@ -100,7 +106,9 @@ void attention_tile(const AttentionTile<T>& t) {
         for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
     }
   }
-  if (t.v16 == nullptr) {
+  if (t.q16 != nullptr) {
+    if constexpr (takes_pairs) Pairs::update(t);
+  } else if (t.v16 == nullptr) {
     gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
   } else if constexpr (takes16) {
     with_operand16(t.format, [&](auto format) {
@@ -110,6 +118,35 @@ void attention_tile(const AttentionTile<T>& t) {
                                                          reinterpret_cast<const B*>(t.v16_next), t.nk_next);
     });
   }
+}
+
+template <int VB>
+void key_pairs(const std::uint16_t* k, index_t ld, index_t n, index_t D, index_t d16, std::uint16_t* out, index_t ldo) {
+  for (index_t p = 0; p < d16 / 2; ++p) {
+    std::uint16_t* o = out + p * 2 * ldo;
+    if (2 * p + 1 < D) {  // both dimensions: key j's 32-bit word p
+      for (index_t j = 0; j < n; ++j) {
+        std::uint32_t w;
+        __builtin_memcpy(&w, k + j * ld + 2 * p, sizeof w);
+        __builtin_memcpy(o + 2 * j, &w, sizeof w);
+      }
+    } else {
+      for (index_t j = 0; j < n; ++j) {
+        o[2 * j] = 2 * p < D ? k[j * ld + 2 * p] : 0;
+        o[2 * j + 1] = 0;
+      }
+    }
+  }
+}
+
+template <int VB>
+void row_pairs(const std::uint16_t* a, const std::uint16_t* b, index_t n, index_t n_pad, std::uint16_t* out) {
+  if (b != nullptr) {
+    for (index_t c = 0; c < n; ++c) out[2 * c] = a[c], out[2 * c + 1] = b[c];
+  } else {
+    for (index_t c = 0; c < n; ++c) out[2 * c] = a[c], out[2 * c + 1] = 0;
+  }
+  for (index_t c = 2 * n; c < 2 * n_pad; ++c) out[c] = 0;
 }
 
 template <class T, int VB>

@@ -10,6 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kflash::impl::host {
 
@@ -95,6 +99,14 @@ namespace kflash::impl::host {
   attributes void attention_tile(const AttentionTile<double>& t) {                                            \
     internal::attention_tile<double, vector_bytes>(t);                                                        \
   }                                                                                                           \
+  attributes void key_pairs(const std::uint16_t* k, index_t ld, index_t n, index_t D, index_t d16,              \
+                           std::uint16_t* out, index_t ldo) {                                                 \
+    internal::key_pairs<vector_bytes>(k, ld, n, D, d16, out, ldo);                                            \
+  }                                                                                                           \
+  attributes void row_pairs(const std::uint16_t* a, const std::uint16_t* b, index_t n, index_t n_pad,          \
+                            std::uint16_t* out) {                                                             \
+    internal::row_pairs<vector_bytes>(a, b, n, n_pad, out);                                                   \
+  }                                                                                                           \
   attributes void tile_product(const TileProduct<float>& t) { internal::tile_product<float, vector_bytes>(t); } \
   attributes void tile_product(const TileProduct<double>& t) {                                                \
     internal::tile_product<double, vector_bytes>(t);                                                          \
@@ -108,7 +120,22 @@ namespace kflash::impl::host {
 KFLASH_IMPL_VARIANT(baseline, KFLASH_IMPL_FLATTEN, 16)
 #ifdef KFLASH_IMPL_X86_VARIANTS
 KFLASH_IMPL_VARIANT(avx2, __attribute__((target("avx2,fma,f16c"), flatten)), 32)
-KFLASH_IMPL_VARIANT(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,f16c"), flatten)), 64)
+#define KFLASH_IMPL_AVX512 "avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,f16c"
+KFLASH_IMPL_VARIANT(avx512, __attribute__((target(KFLASH_IMPL_AVX512), flatten)), 64)
+// The variants with the hardware's bf16 products: AVX-512's, but for attention's tiles in bf16
+// pairs (the dispatch below sends every other kernel to avx512).
+namespace avx512bf16 {
+__attribute__((target(KFLASH_IMPL_AVX512 ",avx512bf16"), flatten)) void attention_tile(const AttentionTile<float>& t) {
+  internal::attention_tile<float, 64, internal::TilePairs<internal::BlockPairs<internal::DotPairs>>>(t);
+}
+}  // namespace avx512bf16
+namespace amx {
+__attribute__((target(KFLASH_IMPL_AVX512 ",avx512bf16,amx-tile,amx-bf16"), flatten)) void attention_tile(
+    const AttentionTile<float>& t) {
+  internal::attention_tile<float, 64, internal::TilePairs<internal::AmxPairs>>(t);
+}
+}  // namespace amx
+#undef KFLASH_IMPL_AVX512
 #endif
 #undef KFLASH_IMPL_VARIANT
 
@@ -124,18 +151,27 @@ Isa detect_isa() {
   if (best == Isa::avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
     best = Isa::avx512;
+  // AVX512-BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5. AMX-BF16 and AMX-TILE: leaf 7, EDX bits 22
+  // and 24, usable once the kernel grants the process the tile data (XFEATURE_XTILEDATA, 18).
+  if (best == Isa::avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0)
+    best = Isa::avx512bf16;
+#ifdef __linux__
+  if (best == Isa::avx512bf16 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) != 0 &&
+      (edx & (1u << 24)) != 0 && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0)
+    best = Isa::amx;
+#endif
 #endif
   const char* wanted = std::getenv("KFLASH_HOST_ISA");
   if (wanted == nullptr || *wanted == '\0') return best;
-  for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512}) {
+  for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     if (std::strcmp(wanted, isa_name(candidate)) != 0) continue;
     if (int(candidate) <= int(best)) return candidate;
     std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not supported by this CPU or build; using %s\n", wanted,
                  isa_name(best));
     return best;
   }
-  std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512; using %s\n", wanted,
-               isa_name(best));
+  std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512, avx512bf16, amx; using %s\n",
+               wanted, isa_name(best));
   return best;
 }
 
@@ -148,6 +184,8 @@ Isa isa() {
 
 const char* isa_name(Isa i) {
   switch (i) {
+    case Isa::amx: return "amx";
+    case Isa::avx512bf16: return "avx512bf16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
     default: return "baseline";
@@ -158,6 +196,8 @@ const char* isa_name(Isa i) {
 #ifdef KFLASH_IMPL_X86_VARIANTS
 #define KFLASH_IMPL_DISPATCH(which, call)      \
   switch (which) {                             \
+    case Isa::amx:                             \
+    case Isa::avx512bf16:                      \
     case Isa::avx512: return avx512::call;     \
     case Isa::avx2: return avx2::call;         \
     default: return baseline::call;            \
@@ -230,10 +270,23 @@ void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitSta
                       index_t rows, index_t cols) {
   KFLASH_IMPL_DISPATCH(isa(), run_logit_rows16(f, x, ldx, out, ldout, rows, cols))
 }
-void attention_tile(Isa which, const AttentionTile<float>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
+void attention_tile(Isa which, const AttentionTile<float>& tile) {
+#ifdef KFLASH_IMPL_X86_VARIANTS
+  if (tile.q16 != nullptr && which == Isa::amx) return amx::attention_tile(tile);
+  if (tile.q16 != nullptr && which == Isa::avx512bf16) return avx512bf16::attention_tile(tile);
+#endif
+  KFLASH_IMPL_DISPATCH(which, attention_tile(tile))
+}
 void attention_tile(Isa which, const AttentionTile<double>& tile) { KFLASH_IMPL_DISPATCH(which, attention_tile(tile)) }
 void attention_tile(const AttentionTile<float>& tile) { attention_tile(isa(), tile); }
 void attention_tile(const AttentionTile<double>& tile) { attention_tile(isa(), tile); }
+void key_pairs(const std::uint16_t* k, index_t ld, index_t n, index_t D, index_t d16, std::uint16_t* out,
+               index_t ldo) {
+  KFLASH_IMPL_DISPATCH(isa(), key_pairs(k, ld, n, D, d16, out, ldo))
+}
+void row_pairs(const std::uint16_t* a, const std::uint16_t* b, index_t n, index_t n_pad, std::uint16_t* out) {
+  KFLASH_IMPL_DISPATCH(isa(), row_pairs(a, b, n, n_pad, out))
+}
 void tile_product(const TileProduct<float>& product) { KFLASH_IMPL_DISPATCH(isa(), tile_product(product)) }
 void tile_product(const TileProduct<double>& product) { KFLASH_IMPL_DISPATCH(isa(), tile_product(product)) }
 void backward_tile(const BackwardTile<float>& tile) { KFLASH_IMPL_DISPATCH(isa(), backward_tile(tile)) }

@@ -13,14 +13,21 @@
 
 namespace kflash::impl::host {
 
-/// Instruction sets the host kernels are built for.
-enum class Isa { baseline, avx2, avx512 };
+/// Instruction sets the host kernels are built for, each including the ones before it. avx512bf16
+/// and amx differ from avx512 only in attention's products on bf16 pairs (AttentionTile's q16):
+/// AVX512-BF16 dot products, then AMX-BF16 tiles (on Linux, where the kernel grants the process
+/// the tile data).
+enum class Isa { baseline, avx2, avx512, avx512bf16, amx };
 
 /// The variant in use: the best the CPU supports, or a lower one named by the environment variable
-/// KFLASH_HOST_ISA (baseline, avx2, avx512), read once. Non-x86 builds and builds through nvcc have
-/// only the baseline.
+/// KFLASH_HOST_ISA (baseline, avx2, avx512, avx512bf16, amx), read once. Non-x86 builds and builds
+/// through nvcc have only the baseline.
 Isa isa();
 const char* isa_name(Isa);
+
+/// Whether the variant in use has bf16 products (avx512bf16, amx): attention's bf16 blocks then take
+/// AttentionTile's pairs; the other variants are never given them.
+inline bool bf16_products() { return int(isa()) >= int(Isa::avx512bf16); }
 
 /// The state (m, l) of x[0, n), by tiles of HostTraits::tile (each tile's maximum first, then its
 /// weights), through the variant `which` (default: isa()).
@@ -253,10 +260,36 @@ struct AttentionTile {
   const std::uint16_t* k16_next = nullptr;
   const std::uint16_t* v16_next = nullptr;
   Storage16 format = Storage16::bf16;
+  /// bf16 pairs (T = float, q16 not null; only where bf16_products()): both products take bf16
+  /// operands in pairs, the layout of the hardware's bf16 products, instead of q, k, kt and v
+  /// (src/host/pair_gemm.hpp); the weights are rounded to bf16 for P V, as the hardware takes them:
+  ///   q16: the block's rows of Q, unscaled, d16 values a row (D rounded up to 32, zeros past D);
+  ///        s = (q16 K^T) score_scale;
+  ///   k_pairs: K in pairs of dimensions: row p of d16 / 2 (2 ldk_pairs values apart) holds the
+  ///        dimensions 2p, 2p + 1 of key j at values 2j, 2j + 1, for the tile's bk keys;
+  ///   v_pairs: V in pairs of keys: row p (2 dvp values) holds keys 2p, 2p + 1 of column c at
+  ///        2c, 2c + 1, zeros from key nk to the next multiple of 32 (and past Dv);
+  ///   p16: room for the weights rounded to bf16 (bk values a row), which o += p16 V.
+  /// q16, p16, s and o have the rows rounded up to 16; q16's and p16's rows past `rows` are zeros.
+  const std::uint16_t* q16 = nullptr;
+  const std::uint16_t* k_pairs = nullptr;
+  const std::uint16_t* v_pairs = nullptr;
+  std::uint16_t* p16 = nullptr;
+  index_t d16 = 0, ldk_pairs = 0;
+  T score_scale = T(1);
 };
 
 void attention_tile(const AttentionTile<float>& tile);
 void attention_tile(const AttentionTile<double>& tile);
+
+/// The bf16 pairs' layouts (AttentionTile's k_pairs and v_pairs) from rows of 16-bit values:
+///   key_pairs: rows [0, n) of K (D values each, row stride ld) into rows of pairs of dimensions:
+///     key j's dimensions 2p, 2p + 1 at out[p * 2 ldo + 2j + {0, 1}], for p < d16 / 2 (zeros from
+///     dimension D on);
+///   row_pairs: rows a and b (b null: zeros) of n values into out[2c + {0, 1}], c < n, then zeros
+///     up to 2 n_pad values.
+void key_pairs(const std::uint16_t* k, index_t ld, index_t n, index_t D, index_t d16, std::uint16_t* out, index_t ldo);
+void row_pairs(const std::uint16_t* a, const std::uint16_t* b, index_t n, index_t n_pad, std::uint16_t* out);
 void attention_tile(Isa which, const AttentionTile<float>& tile);
 void attention_tile(Isa which, const AttentionTile<double>& tile);
 

@@ -1,0 +1,221 @@
+// The host kernels' products on bf16 operands in pairs, the layout the hardware's bf16 products take
+// (AVX512-BF16's vdpbf16ps, AMX-BF16's tiles): c (+)= a b with
+//   a: M rows of 2K bf16 values (row stride lda values), pair k of row r its values 2k, 2k + 1;
+//   b: K rows of N pairs (row stride ldb values): pair (k, n) is b's elements (2k, n) and (2k + 1, n)
+//      side by side, at values 2n, 2n + 1 of row k;
+//   c: M x N floats (row stride ldc).
+// Every product of two bf16 values is exact in float; the sums are fp32. Two kinds of products:
+// AVX512-BF16 dot products (one instruction a vector of pairs) and AMX tiles (16 x 16 blocks of c,
+// 16 pairs deep, one instruction); the variants without either do not take pairs.
+#pragma once
+
+#include "gemm.hpp"
+
+#include <cstdint>
+
+#include <kflash/impl/host/host_kernels.hpp>
+
+namespace kflash::impl::host::internal {
+
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+#define KFLASH_IMPL_BF16_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16")))
+/// AVX512-BF16: vdpbf16ps adds both products of 16 pairs into 16 floats (denormal bf16 inputs and
+/// outputs count as zero, as the instruction defines).
+struct DotPairs {
+  using acc_type = __m512;
+  static constexpr int W = 16;
+  using operand = __m512i;
+  using pair = __m512i;
+  KFLASH_IMPL_BF16_TARGET static void load(operand& v, const std::uint16_t* p) {
+    v = _mm512_loadu_si512(static_cast<const void*>(p));
+  }
+  KFLASH_IMPL_BF16_TARGET static void broadcast(pair& a, const std::uint16_t* p) {
+    std::uint32_t w;
+    __builtin_memcpy(&w, p, sizeof w);
+    a = _mm512_set1_epi32(int(w));
+  }
+  KFLASH_IMPL_BF16_TARGET static void dot(acc_type& acc, const pair& a, const operand& b) {
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+  }
+};
+
+/// c (+)= a b for an R x (NV vectors) block of c, in the broadcast form: each pair k loads NV
+/// vectors of b's row k and broadcasts row r's pair k.
+template <class P, int R, int NV, bool Accumulate>
+inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
+                       index_t K) {
+  constexpr int W = P::W;
+  typename P::acc_type acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) {
+      if (Accumulate) {
+        __builtin_memcpy(&acc[r][j], c + r * ldc + j * W, sizeof acc[r][j]);
+      } else {
+        acc[r][j] = typename P::acc_type{};
+      }
+    }
+  for (index_t k = 0; k < K; ++k) {
+    typename P::operand bk[NV];
+    for (int j = 0; j < NV; ++j) P::load(bk[j], b + k * ldb + j * 2 * W);
+    for (int r = 0; r < R; ++r) {
+      typename P::pair ar;
+      P::broadcast(ar, a + r * lda + 2 * k);
+      for (int j = 0; j < NV; ++j) P::dot(acc[r][j], ar, bk[j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) __builtin_memcpy(c + r * ldc + j * W, &acc[r][j], sizeof acc[r][j]);
+}
+
+/// c (+)= a b for M x N (N a multiple of NV vectors' columns), by blocks of R rows (the rows left one
+/// by one), with the products of P.
+template <class P, int R, int NV, bool Accumulate>
+inline void pair_gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
+                      index_t M, index_t N, index_t K) {
+  constexpr index_t C = NV * P::W;
+  index_t i = 0;
+  for (; i + R <= M; i += R)
+    for (index_t j = 0; j < N; j += C)
+      pair_block<P, R, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K);
+  for (; i < M; ++i)
+    for (index_t j = 0; j < N; j += C)
+      pair_block<P, 1, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K);
+}
+
+/// y[0, n) = x[0, n) rounded to bf16, to nearest even, by vcvtneps2bf16 (an AVX512-BF16
+/// instruction; denormal floats round to zero).
+KFLASH_IMPL_BF16_TARGET inline void narrow_bf16(const float* x, std::uint16_t* y, index_t n) {
+  index_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(y + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/// The register-block products: c (+)= a b (accumulate) with the broadcast blocks of P, 8 rows by 2
+/// vectors. Session: what a tile's products need around them (nothing here).
+template <class P>
+struct BlockPairs {
+  struct Session {
+    Session() {}  // user-provided: a Session is a scope, not an unused value
+  };
+  static void gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
+                   index_t M, index_t N, index_t K, bool accumulate) {
+    constexpr int R = HostTraits::gemm_rows<64>, NV = HostTraits::gemm_vectors;
+    if (accumulate)
+      pair_gemm<P, R, NV, true>(a, lda, b, ldb, c, ldc, M, N, K);
+    else
+      pair_gemm<P, R, NV, false>(a, lda, b, ldb, c, ldc, M, N, K);
+  }
+};
+
+#define KFLASH_IMPL_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+/// AMX-BF16 tiles: blocks of 32 x 32 of c in four accumulator tiles (0-3), two tiles of a's rows
+/// (4, 5) and two of b's pairs (6, 7), each product 16 pairs deep. M and N are multiples of 16 and
+/// K of 16 pairs (the caller pads with zeros). A Session holds the tiles' configuration around
+/// each product of an attention tile: loaded when it starts (another user of the thread's tiles
+/// may have changed it, and the fp32 steps between the products run without it), the tiles
+/// released when it ends.
+struct AmxPairs {
+  struct Config {
+    std::uint8_t palette = 1, start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+  };
+  struct Session {
+    KFLASH_IMPL_AMX_TARGET Session() {
+      alignas(64) Config config;
+      for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.bytes_per_row[t] = 64;
+      _tile_loadconfig(&config);
+    }
+    KFLASH_IMPL_AMX_TARGET ~Session() { _tile_release(); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+  };
+  KFLASH_IMPL_AMX_TARGET static void gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
+                                          float* c, index_t ldc, index_t M, index_t N, index_t K, bool accumulate) {
+    const long sa = long(lda) * 2, sb = long(ldb) * 2, sc = long(ldc) * 4;
+    alignas(64) static const float zeros[16 * 16] = {};
+    for (index_t i = 0; i < M; i += 32) {
+      const bool two_rows = i + 32 <= M;
+      for (index_t j = 0; j < N; j += 32) {
+        const bool two_cols = j + 32 <= N;
+        float* c00 = c + i * ldc + j;
+        float* c10 = c00 + 16 * ldc;
+        // Tiles past the edge of c run on zeros and are not stored.
+        if (accumulate) {
+          _tile_loadd(0, c00, sc);
+          _tile_loadd(1, two_cols ? c00 + 16 : zeros, two_cols ? sc : 64);
+          _tile_loadd(2, two_rows ? c10 : zeros, two_rows ? sc : 64);
+          _tile_loadd(3, two_rows && two_cols ? c10 + 16 : zeros, two_rows && two_cols ? sc : 64);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+        for (index_t k = 0; k < K; k += 16) {
+          const std::uint16_t* a0 = a + i * lda + 2 * k;
+          const std::uint16_t* b0 = b + k * ldb + 2 * j;
+          _tile_loadd(4, a0, sa);
+          _tile_loadd(5, two_rows ? a0 + 16 * lda : a0, sa);
+          _tile_loadd(6, b0, sb);
+          _tile_loadd(7, two_cols ? b0 + 32 : b0, sb);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, c00, sc);
+        if (two_cols) _tile_stored(1, c00 + 16, sc);
+        if (two_rows) _tile_stored(2, c10, sc);
+        if (two_rows && two_cols) _tile_stored(3, c10 + 16, sc);
+      }
+    }
+  }
+};
+#undef KFLASH_IMPL_AMX_TARGET
+
+/// An attention tile's products on bf16 pairs (AttentionTile's q16) with the products of P
+/// (BlockPairs<DotPairs>, AmxPairs), each within a P::Session:
+///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16;
+///   update: P = the weights left in s rounded to bf16 (zeros from key nk to the next step of
+///           pair_keys), then o += P V.
+template <class P>
+struct TilePairs {
+  /// Keys of a tile's product in bf16 pairs are counted in steps of this many (AMX's depth: 16 pairs).
+  static constexpr index_t pair_keys = 32;
+  static_assert(HostTraits::attention_pad % pair_keys == 0 && HostTraits::block_k % pair_keys == 0,
+                "kflash: the tiles' keys and padding must be whole steps of the bf16 pairs' products");
+
+  static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
+
+  KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
+    {
+      const typename P::Session session;
+      P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false);
+    }
+    for (index_t r = 0; r < t.rows; ++r) {
+      float* s = t.s + r * t.bk;
+      for (index_t j = 0; j < t.nk; ++j) s[j] *= t.score_scale;
+    }
+  }
+
+  KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
+    const index_t nk = (t.nk + pair_keys - 1) / pair_keys * pair_keys;
+    for (index_t r = 0; r < t.rows; ++r) {
+      std::uint16_t* p = t.p16 + r * t.bk;
+      narrow_bf16(t.s + r * t.bk, p, t.nk);
+      for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
+    }
+    const typename P::Session session;
+    P::gemm(t.p16, t.bk, t.v_pairs, 2 * t.dvp, t.o, t.dvp, rows16(t), t.dvp, nk / 2, true);
+  }
+};
+#undef KFLASH_IMPL_BF16_TARGET
+#endif
+
+}  // namespace kflash::impl::host::internal
