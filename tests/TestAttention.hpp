@@ -155,7 +155,7 @@ TYPED_TEST(AttentionTest, HostKernelsPackKeysOncePerHead) {
   EXPECT_GE(packed.packed_ld, p.Nk + packed.bk);  // a tile from any key reads bk packed keys
   EXPECT_EQ(packed.packed_ld % packed.bk, 0);
   using Workspace = kflash::impl::AttentionWorkspace<T, typename AExec::memory_space>;
-  EXPECT_GE(Workspace(packed).bytes, sizeof(T) * std::size_t(p.Hk * p.D * packed.packed_ld));
+  EXPECT_GE(Workspace(packed, false).bytes, sizeof(T) * std::size_t(p.Hk * p.D * packed.packed_ld));
   p.Nq = 5;  // one block per head: staged by that block
   EXPECT_EQ((kflash::impl::plan_attention<T, Traits>(AExec(), p).packed_ld), 0);
   p.Nq = 41, p.ragged = true;  // varlen and paged keys: staged

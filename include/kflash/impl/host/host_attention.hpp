@@ -6,6 +6,8 @@
 #include <kflash/impl/host/host_kernels.hpp>
 #include <kflash/impl/schedule/attention_plan.hpp>
 
+#include <cstring>
+
 namespace kflash::impl::host {
 
 /// K transposed once per K/V head for all the head's query blocks (plan's packed_ld > 0): element d
@@ -29,6 +31,57 @@ struct PackKeys {
   }
 };
 
+/// The bits of a 16-bit value.
+template <class H>
+std::uint16_t bits16(const H& x) {
+  static_assert(sizeof(H) == 2, "kflash: bits16 takes 16-bit values");
+  std::uint16_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+/// Dimensions of bf16 rows in pairs (AttentionTile's d16): D rounded up to the 32 values of an AMX
+/// row.
+inline index_t pair_dims(index_t D) { return (D + 31) / 32 * 32; }
+
+/// bf16 K in pairs of dimensions (AttentionTile's k_pairs) once per K/V head for all the head's
+/// query blocks (plan's packed_ld > 0): the pairs of key j of head (b, hk), row p, at
+/// packed[((b * Hk + hk) * d16 / 2 + p) * 2 ld + 2j], keys [Nk, ld) zero. One work item per bk keys
+/// of a head.
+template <class KV>
+struct PackKeyPairs {
+  KV k;
+  std::uint16_t* packed;
+  index_t Hk, Nk, D, ld, bk;
+
+  void operator()(index_t item) const {
+    const index_t per_head = ld / bk, bh = item / per_head, j0 = item % per_head * bk;
+    const index_t b = bh / Hk, hk = bh % Hk, d16 = pair_dims(D);
+    const index_t valid = Nk - j0 < bk ? (Nk > j0 ? Nk - j0 : 0) : bk;
+    std::uint16_t* out = packed + bh * d16 * ld + 2 * j0;
+    if (valid > 0 && k.stride(3) == 1) {
+      key_pairs(reinterpret_cast<const std::uint16_t*>(&k(b, hk, j0, 0)), index_t(k.stride(2)), valid, D, d16, out, ld);
+    } else {
+      for (index_t pair = 0; pair < d16 / 2; ++pair)
+        for (index_t j = 0; j < valid; ++j)
+          for (index_t e = 0; e < 2; ++e) {
+            const index_t d = 2 * pair + e;
+            out[pair * 2 * ld + 2 * j + e] = d < D ? bits16(k(b, hk, j0 + j, d)) : 0;
+          }
+    }
+    for (index_t pair = 0; pair < d16 / 2; ++pair)
+      for (index_t j = 2 * valid; j < 2 * bk; ++j) out[pair * 2 * ld + j] = 0;
+  }
+};
+
+/// K packed once per K/V head for the host kernel: transposed (PackKeys) or in bf16 pairs
+/// (PackKeyPairs), or neither (both null).
+template <class T>
+struct PackedKeys {
+  const T* keys = nullptr;
+  const std::uint16_t* pairs = nullptr;
+};
+
 template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
   using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
@@ -38,15 +91,29 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   using Ranges = Kokkos::View<KeyRange*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   using ScoreRows = Kokkos::View<TileScoreRow<T>*, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
   static constexpr bool user_functors = Stage::user_score || Stage::user_mask;
-  /// K packed by PackKeys (null: each block stages its tiles of K).
-  const T* packed_keys = nullptr;
+  using Tile16 =
+      Kokkos::View<std::uint16_t**, Kokkos::LayoutRight, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
+  /// bf16 storage, where the host kernels have bf16 products (bf16_products()): blocks of more than
+  /// dot_rows rows (and all blocks where K is packed) take the products on bf16 pairs
+  /// (AttentionTile's q16).
+  static constexpr bool bf16 = !std::is_same<S, T>::value && storage16_of<S> == Storage16::bf16;
+  static_assert(HostTraits::block_q % 16 == 0, "kflash: the bf16 pairs' tiles take rows by 16");
+  /// K packed by PackKeys or PackKeyPairs (null: each block stages its tiles of K).
+  PackedKeys<T> packed_keys = {};
 
   /// q, K transposed, V, scores, O (V and O padded), states, each row's keys and score stage in the
-  /// tile.
+  /// tile; for bf16, Q, K and V in pairs and the rounded weights (AttentionTile's q16, k_pairs,
+  /// v_pairs, p16).
   static std::size_t scratch_bytes(const AttentionPlan& p) {
-    return Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.D, p.bk) + Tile::shmem_size(p.bk, p.dvp) +
-           Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.dvp) + States::shmem_size(p.bq) +
-           Ranges::shmem_size(p.bq) + ScoreRows::shmem_size(p.bq);
+    std::size_t bytes = Tile::shmem_size(p.bq, p.D) + Tile::shmem_size(p.D, p.bk) + Tile::shmem_size(p.bk, p.dvp) +
+                        Tile::shmem_size(p.bq, p.bk) + Tile::shmem_size(p.bq, p.dvp) + States::shmem_size(p.bq) +
+                        Ranges::shmem_size(p.bq) + ScoreRows::shmem_size(p.bq);
+    if (bf16 && bf16_products()) {
+      const index_t d16 = pair_dims(p.D);
+      bytes += Tile16::shmem_size(p.bq, d16) + Tile16::shmem_size(d16 / 2, 2 * p.bk) +
+               Tile16::shmem_size(p.bk / 2, 2 * p.dvp) + Tile16::shmem_size(p.bq, p.bk);
+    }
+    return bytes;
   }
 
   /// The compiled tile's part of the score stage for `row` in the tile from key t0: ALiBi, bias, and
@@ -54,6 +121,42 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// functors).
   TileScoreRow<T> score_row(const RowAt& row, index_t t0) const {
     return tile_score_row(this->stage.opt, row, t0, !Stage::user_score);
+  }
+
+  /// The bf16 pairs of the tile of nk keys from key t0 of head (b, hk): K's from the head's packed
+  /// pairs (packed_pairs, row stride 2 packed_ld) or into kp, V's into vp (zeros from key nk to the
+  /// next step of 32 keys).
+  void stage_pairs(index_t b, index_t hk, index_t t0, index_t nk, const std::uint16_t* packed_pairs, const Tile16& kp,
+                   const Tile16& vp, AttentionTile<T>& tile) const {
+    const index_t d16 = pair_dims(p.D);
+    if (packed_pairs != nullptr) {
+      tile.k_pairs = packed_pairs + 2 * t0, tile.ldk_pairs = p.packed_ld;
+    } else if (k.stride(3) == 1) {
+      key_pairs(reinterpret_cast<const std::uint16_t*>(&k(b, hk, t0, 0)), index_t(k.stride(2)), nk, p.D, d16, kp.data(),
+                p.bk);
+    } else {
+      for (index_t pair = 0; pair < d16 / 2; ++pair)
+        for (index_t j = 0; j < nk; ++j)
+          for (index_t e = 0; e < 2; ++e) {
+            const index_t d = 2 * pair + e;
+            kp(pair, 2 * j + e) = d < p.D ? bits16(k(b, hk, t0 + j, d)) : 0;
+          }
+    }
+    const index_t nk32 = (nk + 31) / 32 * 32;
+    for (index_t j = 0; j < nk32; j += 2) {
+      std::uint16_t* out = &vp(j / 2, 0);
+      if (j >= nk) {
+        for (index_t c = 0; c < 2 * p.dvp; ++c) out[c] = 0;
+      } else if (v.stride(3) == 1) {
+        const auto row = [&](index_t i) { return reinterpret_cast<const std::uint16_t*>(&v(b, hk, t0 + i, 0)); };
+        row_pairs(row(j), j + 1 < nk ? row(j + 1) : nullptr, p.Dv, p.dvp, out);
+      } else {
+        for (index_t c = 0; c < p.dvp; ++c) {
+          out[2 * c] = c < p.Dv ? bits16(v(b, hk, t0 + j, c)) : 0;
+          out[2 * c + 1] = c < p.Dv && j + 1 < nk ? bits16(v(b, hk, t0 + j + 1, c)) : 0;
+        }
+      }
+    }
   }
 
   void operator()(const member_type& team) const {
@@ -67,11 +170,40 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     ScoreRows score_rows(scratch, p.bq);
     const ScoreOptions<T>& so = this->stage.opt;
     const bool per_row = so.alibi.on() || so.bias.on() || (so.mask.on() && !Stage::user_score);
-    for (index_t r = 0; r < nrows; ++r) {
-      const Row row = row_of(w, rho0 + r);
-      for (index_t d = 0; d < p.D; ++d) qs(r, d) = widen(q(b, row.h, row.i, d)) * scale;
+    // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read in
+    // place (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
+    // transposed would cost more than the products; V in place when no padding is needed. 16-bit
+    // rows in place are widened as the products load them (the tile's k16 and v16). bf16 blocks
+    // that do not read K in place take the products on pairs: Q, K and V staged in pairs.
+    constexpr bool same = std::is_same<S, T>::value;
+    const index_t head = b * p.Hk + hk, d16 = pair_dims(p.D);
+    const T* packed = packed_keys.keys != nullptr ? packed_keys.keys + head * p.D * p.packed_ld : nullptr;
+    const std::uint16_t* packed_pairs =
+        packed_keys.pairs != nullptr ? packed_keys.pairs + head * d16 * p.packed_ld : nullptr;
+    const bool k_in_place =
+        packed == nullptr && packed_pairs == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
+    const bool pairs = packed_pairs != nullptr || (bf16 && !k_in_place && bf16_products());
+    const bool v_in_place = !pairs && v.stride(3) == 1 && p.Dv == p.dvp;
+    Tile16 q16, kp, vp, p16;
+    if (pairs) {
+      q16 = Tile16(scratch, p.bq, d16), kp = Tile16(scratch, d16 / 2, 2 * p.bk);
+      vp = Tile16(scratch, p.bk / 2, 2 * p.dvp), p16 = Tile16(scratch, p.bq, p.bk);
+    }
+    // Rows past nrows up to the next 16 take part in the pairs' products: zeros in q16 and p16.
+    const index_t rows16 = pairs ? (nrows + 15) / 16 * 16 : nrows;
+    for (index_t r = 0; r < rows16; ++r) {
+      const bool valid = r < nrows;
+      const Row row = row_of(w, rho0 + (valid ? r : 0));
+      if constexpr (bf16) {
+        if (pairs) {
+          for (index_t d = 0; d < d16; ++d) q16(r, d) = valid && d < p.D ? bits16(q(b, row.h, row.i, d)) : 0;
+          for (index_t j = 0; j < p.bk; ++j) p16(r, j) = 0;
+        }
+      }
+      if (!pairs)
+        for (index_t d = 0; d < p.D; ++d) qs(r, d) = widen(q(b, row.h, row.i, d)) * scale;
       for (index_t d = 0; d < p.dvp; ++d) os(r, d) = T(0);
-      st(r) = SoftmaxState<T>::identity();
+      if (valid) st(r) = SoftmaxState<T>::identity();
     }
     for (index_t j = 0; j < p.bk; ++j)
       for (index_t d = p.Dv; d < p.dvp; ++d) vs(j, d) = T(0);
@@ -81,16 +213,13 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.softcap = so.softcap;
     tile.inv_softcap = so.inv_softcap;
     tile.score_rows = per_row ? score_rows.data() : nullptr;
-    // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read in
-    // place (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
-    // transposed would cost more than the products; V in place when no padding is needed. 16-bit
-    // rows in place are widened as the products load them (the tile's k16 and v16).
-    constexpr bool same = std::is_same<S, T>::value;
-    const T* packed = packed_keys != nullptr ? packed_keys + (b * p.Hk + hk) * p.D * p.packed_ld : nullptr;
-    const bool k_in_place = packed == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
-    const bool v_in_place = v.stride(3) == 1 && p.Dv == p.dvp;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     if constexpr (!same) tile.format = storage16_of<S>;
+    if (pairs) {
+      tile.q16 = q16.data(), tile.p16 = p16.data(), tile.v_pairs = vp.data();
+      tile.d16 = d16, tile.score_scale = scale;
+      tile.k_pairs = kp.data(), tile.ldk_pairs = p.bk;
+    }
     // A tile ends where the keys' contiguous run does (a page of a paged cache).
     const auto tile_end = [&](index_t t0) {
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
@@ -108,7 +237,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const index_t end = tile_end(t0);
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
-      if (packed != nullptr) {
+      if (pairs) {
+        if constexpr (bf16) stage_pairs(b, hk, t0, tile.nk, packed_pairs, kp, vp, tile);
+      } else if (packed != nullptr) {
         tile.kt = packed + t0;
       } else if (k_in_place) {
         in_place(k, t0, tile.k, tile.k16);
@@ -117,12 +248,14 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         for (index_t j = 0; j < tile.nk; ++j)
           for (index_t d = 0; d < p.D; ++d) kt(d, j) = widen(k(b, hk, t0 + j, d));
       }
-      if (v_in_place) {
-        in_place(v, t0, tile.v, tile.v16);
-        tile.ldv = index_t(v.stride(2));
-      } else {
-        for (index_t j = 0; j < tile.nk; ++j)
-          for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = widen(v(b, hk, t0 + j, d));
+      if (!pairs) {  // (bf16 pairs: V staged with K above)
+        if (v_in_place) {
+          in_place(v, t0, tile.v, tile.v16);
+          tile.ldv = index_t(v.stride(2));
+        } else {
+          for (index_t j = 0; j < tile.nk; ++j)
+            for (index_t d = 0; d < p.Dv; ++d) vs(j, d) = widen(v(b, hk, t0 + j, d));
+        }
       }
       for (index_t r = 0; r < nrows; ++r) {
         const Row row = row_of(w, rho0 + r);

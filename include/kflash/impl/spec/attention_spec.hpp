@@ -34,12 +34,13 @@ struct AttentionTerms {
 };
 
 /// Launches the kernel of Shape on a planned call: into o and lse, or, with Partial, into split
-/// K/V's partial results, one part per key split. packed: K packed by PackKeys, for the host kernel.
+/// K/V's partial results, one part per key split. packed: K packed by PackKeys or PackKeyPairs, for
+/// the host kernel.
 template <bool Partial, class Traits, class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV,
           class VV, class OV, class LV>
 void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                       const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse,
-                      const arith_t<typename OV::non_const_value_type>* packed) {
+                      const host::PackedKeys<arith_t<typename OV::non_const_value_type>>& packed) {
   using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, OV, LV, Partial>;
   Kernel kernel{{q, k, v, o, lse, has_lse, p, terms.scale, terms.stage, terms.sinks, terms.block_mask, 0, seq}};
   if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_keys = packed;
@@ -67,15 +68,17 @@ void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms
 }
 
 /// Where a planned call keeps what its kernels share, in one workspace: K packed for the host
-/// kernels (plan's packed_ld > 0: D x packed_ld values per K/V head), then split K/V's partial lse
-/// and O (nsplits > 1). Offsets and size in bytes; bytes = 0 when the call needs none.
+/// kernels (plan's packed_ld > 0: D x packed_ld values of T per K/V head, or with pairs
+/// pair_dims(D) x packed_ld 16-bit values), then split K/V's partial lse and O (nsplits > 1).
+/// Offsets and size in bytes; bytes = 0 when the call needs none.
 template <class T, class MemorySpace>
 struct AttentionWorkspace {
   std::size_t packed = 0, lse = 0, o = 0, bytes = 0;
 
-  explicit AttentionWorkspace(const AttentionPlan& p) {
+  AttentionWorkspace(const AttentionPlan& p, bool pairs) {
     using Scratch = CachedWorkspace<MemorySpace>;
-    lse = Scratch::aligned(sizeof(T) * std::size_t(p.B * p.Hk * p.D * p.packed_ld));
+    const std::size_t packed_values = std::size_t(p.B * p.Hk * (pairs ? host::pair_dims(p.D) : p.D) * p.packed_ld);
+    lse = Scratch::aligned((pairs ? 2 : sizeof(T)) * packed_values);
     const std::size_t lse_count = p.nsplits > 1 ? std::size_t(p.nsplits * p.B * p.Hq * p.Nq) : 0;
     o = lse + Scratch::aligned(sizeof(T) * lse_count);
     bytes = o + sizeof(T) * lse_count * std::size_t(p.Dv);
@@ -89,20 +92,37 @@ template <class Traits, class Shape, class ExecSpace, class Terms, class Seq, cl
 void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                    const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
   using T = arith_t<typename OV::non_const_value_type>;  // K packed and the partial results: float for 16-bit
+  using S = std::remove_cv_t<typename KV::value_type>;
   using mem = typename OV::memory_space;
-  const AttentionWorkspace<T, mem> parts(p);
+  constexpr bool host_kernel = Traits::host_kernels && std::is_void<Shape>::value;
+  // The host kernel's bf16 blocks take K in pairs where the kernels have bf16 products
+  // (HostAttentionKernel::bf16).
+  constexpr bool bf16 = host_kernel && is_half_type<S> && host::storage16_of<S> == host::Storage16::bf16;
+  const bool pairs = bf16 && host::bf16_products();
+  const AttentionWorkspace<T, mem> parts(p, pairs);
+  host::PackedKeys<T> packed;
   if (parts.bytes == 0) {
-    launch_attention<false, Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse, nullptr);
+    launch_attention<false, Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse, packed);
     return;
   }
   const CachedWorkspace<mem> scratch(exec, parts.bytes, "kflash::attention workspace");
-  T* packed = nullptr;
-  if constexpr (Traits::host_kernels && std::is_void<Shape>::value) {
+  if constexpr (host_kernel) {
     if (p.packed_ld > 0) {
-      packed = scratch.template at<T>(parts.packed);
-      Kokkos::parallel_for("kflash::attention pack_keys",
-                           Kokkos::RangePolicy<ExecSpace>(exec, 0, p.B * p.Hk * (p.packed_ld / p.bk)),
-                           host::PackKeys<KV, T>{k, packed, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
+      const Kokkos::RangePolicy<ExecSpace> heads(exec, 0, p.B * p.Hk * (p.packed_ld / p.bk));
+      if constexpr (bf16) {
+        if (pairs) {
+          std::uint16_t* packed_pairs = scratch.template at<std::uint16_t>(parts.packed);
+          Kokkos::parallel_for("kflash::attention pack_keys", heads,
+                               host::PackKeyPairs<KV>{k, packed_pairs, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
+          packed.pairs = packed_pairs;
+        }
+      }
+      if (packed.pairs == nullptr) {
+        T* packed_keys = scratch.template at<T>(parts.packed);
+        Kokkos::parallel_for("kflash::attention pack_keys", heads,
+                             host::PackKeys<KV, T>{k, packed_keys, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
+        packed.keys = packed_keys;
+      }
     }
   }
   if (p.nsplits == 1) {
