@@ -290,11 +290,14 @@ void limit_fma(benchmark::State& state, const std::string& backend) {
 }
 
 #if KFLASH_BENCH_HAS_HOST_PEAK
+/// The arithmetic limits of a host: multiply-add chains, AVX512-BF16 dot-product chains, AMX tiles.
+enum class HostPeak { fma, bf16_dot, amx_bf16 };
+
 /// Arithmetic limit of a host backend: each of its threads runs the multiply-add chains of the
-/// best instruction set the CPU has (host_peak.hpp) for fp32 or fp64 (bytes 4 or 8), or, with
-/// bf16 set, AVX512-BF16 dot-product chains.
+/// best instruction set the CPU has (host_peak.hpp) for fp32 or fp64 (bytes 4 or 8), or the bf16
+/// products of `kind`.
 template <class Exec>
-void limit_host_peak(benchmark::State& state, const std::string& backend, int bytes, bool bf16 = false) {
+void limit_host_peak(benchmark::State& state, const std::string& backend, int bytes, HostPeak kind = HostPeak::fma) {
   const Exec exec;
   const int threads = exec.concurrency();
   const long iterations = 1 << 21;
@@ -302,13 +305,18 @@ void limit_host_peak(benchmark::State& state, const std::string& backend, int by
   std::vector<double> flops(std::size_t(threads), 0.0);
   const double s = run_timed(state, exec, [&] {
     Kokkos::parallel_for("bench::host_peak", Kokkos::RangePolicy<Exec>(exec, 0, threads), [&](int t) {
-      flops[std::size_t(t)] = bf16 ? run_bf16_dot_chains(iterations) : run_fma_chains(isa, bytes, iterations);
+      flops[std::size_t(t)] = kind == HostPeak::amx_bf16   ? run_amx_tiles(iterations / 16)
+                              : kind == HostPeak::bf16_dot ? run_bf16_dot_chains(iterations)
+                                                           : run_fma_chains(isa, bytes, iterations);
     });
   });
   double total = 0;
   for (double f : flops) total += f;
   set_rate(state, total, "GFLOP/s");
-  shared().limit[backend + (bf16 ? "/bf16_dot" : bytes == 4 ? "/fma_fp32" : "/fma_fp64")] = total / s;
+  shared().limit[backend + (kind == HostPeak::amx_bf16   ? "/amx_bf16"
+                            : kind == HostPeak::bf16_dot ? "/bf16_dot"
+                            : bytes == 4                 ? "/fma_fp32"
+                                                         : "/fma_fp64")] = total / s;
 }
 #endif
 
@@ -909,14 +917,22 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   p.B = c.B, p.Hq = c.H, p.Hk = c.Hk, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.D;
   p.window_left = attn_mask(c).left, p.window_right = attn_mask(c).right;
   p = kflash::impl::plan_attention<T, kflash::impl::ScheduleTraits<Exec>>(exec, p);
-  const double extra = double(kflash::impl::AttentionWorkspace<A, mem>(p).bytes);
+  const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
+  constexpr bool bf16 = std::is_same<T, kflash::bhalf_t>::value;
+  const double extra = double(kflash::impl::AttentionWorkspace<A, mem>(p, host && bf16).bytes);
   // Attention is held against the multiply-add peak (the host's measured per instruction set
   // where kflash-bench has its peak kernels), and on host backends also against the BLAS GEMM of
   // the same threads: "as fast as the BLAS" is a claim of its own. 16-bit attention computes in
-  // float: its limits are float's.
-  const bool host = kflash::impl::ScheduleTraits<Exec>::is_host;
+  // float: its limits are float's, except bf16 on hosts whose kernels take the hardware's bf16
+  // products (AMX tiles, AVX512-BF16 dot products): their peak measured in the same run.
   const std::string gemm = backend + (sizeof(A) == 4 ? "/sgemm" : "/dgemm");
-  const std::string peak = backend + (sizeof(A) == 4 ? "/fma_fp32" : "/fma_fp64");
+  std::string peak = backend + (sizeof(A) == 4 ? "/fma_fp32" : "/fma_fp64");
+#if KFLASH_BENCH_HAS_HOST_PEAK
+  if (host && bf16 && has_amx())
+    peak = backend + "/amx_bf16";
+  else if (host && bf16 && has_bf16_dot())
+    peak = backend + "/bf16_dot";
+#endif
   const std::string limit = c.decode ? backend + "/read_bw" : !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : gemm;
   set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
   set_work(state, flops,

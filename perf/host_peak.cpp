@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <kflash/impl/host/host_kernels.hpp>
 
 namespace kflash_bench {
 namespace {
@@ -71,6 +72,40 @@ double baseline(int bytes, long n) {
   sink = total;
   return 4.0 * 16 * chains * double(n);
 }
+
+/// AMX-BF16: four accumulator tiles of 16 x 16 floats, each step adding the product of two tiles
+/// of 16 rows by 16 bf16 pairs to each (the 2 x 2 block of a matrix product).
+[[gnu::target("amx-tile,amx-bf16")]] double amx_tiles(long n) {
+  struct Config {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+  };
+  alignas(64) Config config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.bytes_per_row[t] = 64;
+  _tile_loadconfig(&config);
+  alignas(64) std::uint16_t operand[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) operand[i] = std::uint16_t(0x3A80 + i % 7);  // bf16 near 1e-3
+  alignas(64) float out[16 * 16];
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  for (long i = 0; i < n; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  sink = double(out[0]);
+  return 4.0 * 16 * 16 * 32 * 2 * double(n);
+}
 #else
 #define KFLASH_PEAK_HAS_BF16 0
 #endif
@@ -126,6 +161,16 @@ bool has_bf16_dot() {
 #else
   return false;
 #endif
+}
+
+bool has_amx() { return kflash::impl::host::isa() == kflash::impl::host::Isa::amx; }
+
+double run_amx_tiles(long iterations) {
+#if KFLASH_PEAK_HAS_BF16
+  if (has_amx()) return amx_tiles(iterations);
+#endif
+  (void)iterations;
+  return 0;
 }
 
 double run_bf16_dot_chains(long iterations) {

@@ -25,6 +25,12 @@ double run_fma_chains(PeakIsa isa, int bytes, long iterations);
 bool has_bf16_dot();
 double run_bf16_dot_chains(long iterations);
 
+/// Whether kflash's host kernels run AMX-BF16 tiles here (the CPU has them and Linux granted the
+/// tile data: kflash::impl::host::isa()), and `iterations` steps of four tile products (16 x 16
+/// floats, 16 pairs deep, 2 operations a product); 0 operations where they do not.
+bool has_amx();
+double run_amx_tiles(long iterations);
+
 /// b[i] = a[i] and a[i] = b[i] + s c[i] for i < n, written with non-temporal stores: a plain store
 /// first reads the line it writes, so a plain copy of arrays beyond the last-level cache moves 3
 /// bytes for every 2 it counts, while kflash's row kernels stream their large outputs.

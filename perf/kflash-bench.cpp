@@ -75,7 +75,13 @@ void register_backend(Registry& reg) {
     reg.add(be + "/limits/fma_fp32", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 4); }, true);
     reg.add(be + "/limits/fma_fp64", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 8); }, true);
     if (has_bf16_dot())
-      reg.add(be + "/limits/bf16_dot", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 2, true); }, true);
+      reg.add(
+          be + "/limits/bf16_dot", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 2, HostPeak::bf16_dot); },
+          true);
+    if (has_amx())
+      reg.add(
+          be + "/limits/amx_bf16", [=](benchmark::State& s) { limit_host_peak<Exec>(s, be, 2, HostPeak::amx_bf16); },
+          true);
   }
 #endif
 #if KFLASH_BENCH_HAS_CBLAS
@@ -620,6 +626,7 @@ int main(int argc, char* argv[]) {
 #if KFLASH_BENCH_HAS_HOST_PEAK
   benchmark::AddCustomContext("host_peak_isa", peak_isa_name(best_peak_isa()));
   benchmark::AddCustomContext("host_bf16_dot", has_bf16_dot() ? "AVX512-BF16" : "none");
+  benchmark::AddCustomContext("host_amx", has_amx() ? "AMX-BF16" : "none");
 #endif
   benchmark::AddCustomContext("host_cpus", std::to_string(std::thread::hardware_concurrency()));
   benchmark::AddCustomContext("peers", peer_list());
