@@ -10,6 +10,8 @@
 #include "vector_lanes.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include <kflash/impl/host/host_kernels.hpp>
 #include <kflash/impl/tile/attention_step.hpp>
@@ -63,6 +65,15 @@ void with_operand16(Storage16 format, F&& f) {
   else f(static_cast<const Float16*>(nullptr));
 }
 
+/// A tile with bf16 pairs reached a variant without bf16 products: the host kernel stages pairs only
+/// where bf16_products() holds, which selects the variants that have them. Stops rather than leave
+/// the tile's scores or output unwritten.
+[[noreturn]] inline void pairs_without_products() {
+  std::fputs("kflash: internal error: an attention tile in bf16 pairs reached host kernels without bf16 products\n",
+             stderr);
+  std::abort();
+}
+
 /// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, pair_gemm.hpp);
 /// void in the variants without bf16 products, which are never given such tiles.
 template <class T, int VB, class Pairs = void>
@@ -75,6 +86,8 @@ void attention_tile(const AttentionTile<T>& t) {
   if (t.part != TilePart::update) {
     if (t.q16 != nullptr) {  // scores from bf16 pairs, then scaled
       if constexpr (takes_pairs) Pairs::scores(t);
+      else
+        pairs_without_products();
     } else if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
       gemm_nt<T, VB, DB, DB>(t.q, t.D, t.k, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.k_next, t.nk_next);
     } else if (t.k16 != nullptr) {  // the same from 16-bit rows
@@ -108,6 +121,8 @@ void attention_tile(const AttentionTile<T>& t) {
   }
   if (t.q16 != nullptr) {
     if constexpr (takes_pairs) Pairs::update(t);
+    else
+      pairs_without_products();
   } else if (t.v16 == nullptr) {
     gemm<T, R, NV, VB, true>(t.s, t.bk, t.v, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v_next, t.nk_next);
   } else if constexpr (takes16) {

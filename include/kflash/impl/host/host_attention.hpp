@@ -44,6 +44,24 @@ std::uint16_t bits16(const H& x) {
 /// row.
 inline index_t pair_dims(index_t D) { return (D + 31) / 32 * 32; }
 
+/// Keys [j0, j0 + n) of K's head (b, hk) in bf16 pairs of dimensions (AttentionTile's k_pairs):
+/// pair p of key j - j0 at out[p * 2 ldo + 2 (j - j0)], dimensions from D to pair_dims(D) zero.
+template <class KV>
+void pair_keys(const KV& k, index_t b, index_t hk, index_t j0, index_t n, index_t D, std::uint16_t* out, index_t ldo) {
+  const index_t d16 = pair_dims(D);
+  if (n <= 0) return;
+  if (k.stride(3) == 1) {
+    key_pairs(reinterpret_cast<const std::uint16_t*>(&k(b, hk, j0, 0)), index_t(k.stride(2)), n, D, d16, out, ldo);
+    return;
+  }
+  for (index_t pair = 0; pair < d16 / 2; ++pair)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t e = 0; e < 2; ++e) {
+        const index_t d = 2 * pair + e;
+        out[pair * 2 * ldo + 2 * j + e] = d < D ? bits16(k(b, hk, j0 + j, d)) : 0;
+      }
+}
+
 /// bf16 K in pairs of dimensions (AttentionTile's k_pairs) once per K/V head for all the head's
 /// query blocks (plan's packed_ld > 0): the pairs of key j of head (b, hk), row p, at
 /// packed[((b * Hk + hk) * d16 / 2 + p) * 2 ld + 2j], keys [Nk, ld) zero. One work item per bk keys
@@ -59,16 +77,7 @@ struct PackKeyPairs {
     const index_t b = bh / Hk, hk = bh % Hk, d16 = pair_dims(D);
     const index_t valid = Nk - j0 < bk ? (Nk > j0 ? Nk - j0 : 0) : bk;
     std::uint16_t* out = packed + bh * d16 * ld + 2 * j0;
-    if (valid > 0 && k.stride(3) == 1) {
-      key_pairs(reinterpret_cast<const std::uint16_t*>(&k(b, hk, j0, 0)), index_t(k.stride(2)), valid, D, d16, out, ld);
-    } else {
-      for (index_t pair = 0; pair < d16 / 2; ++pair)
-        for (index_t j = 0; j < valid; ++j)
-          for (index_t e = 0; e < 2; ++e) {
-            const index_t d = 2 * pair + e;
-            out[pair * 2 * ld + 2 * j + e] = d < D ? bits16(k(b, hk, j0 + j, d)) : 0;
-          }
-    }
+    pair_keys(k, b, hk, j0, valid, D, out, ld);
     for (index_t pair = 0; pair < d16 / 2; ++pair)
       for (index_t j = 2 * valid; j < 2 * bk; ++j) out[pair * 2 * ld + j] = 0;
   }
@@ -128,20 +137,10 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// next step of 32 keys).
   void stage_pairs(index_t b, index_t hk, index_t t0, index_t nk, const std::uint16_t* packed_pairs, const Tile16& kp,
                    const Tile16& vp, AttentionTile<T>& tile) const {
-    const index_t d16 = pair_dims(p.D);
-    if (packed_pairs != nullptr) {
+    if (packed_pairs != nullptr)
       tile.k_pairs = packed_pairs + 2 * t0, tile.ldk_pairs = p.packed_ld;
-    } else if (k.stride(3) == 1) {
-      key_pairs(reinterpret_cast<const std::uint16_t*>(&k(b, hk, t0, 0)), index_t(k.stride(2)), nk, p.D, d16, kp.data(),
-                p.bk);
-    } else {
-      for (index_t pair = 0; pair < d16 / 2; ++pair)
-        for (index_t j = 0; j < nk; ++j)
-          for (index_t e = 0; e < 2; ++e) {
-            const index_t d = 2 * pair + e;
-            kp(pair, 2 * j + e) = d < p.D ? bits16(k(b, hk, t0 + j, d)) : 0;
-          }
-    }
+    else
+      pair_keys(k, b, hk, t0, nk, p.D, kp.data(), p.bk);
     const index_t nk32 = (nk + 31) / 32 * 32;
     for (index_t j = 0; j < nk32; j += 2) {
       std::uint16_t* out = &vp(j / 2, 0);
