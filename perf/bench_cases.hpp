@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -417,14 +418,34 @@ constexpr int stream_variant = 4;
 constexpr int onednn_variant = 5;
 
 #if KFLASH_BENCH_HAS_ONEDNN
-/// oneDNN's softmax or log_softmax forward (inference) over the rows of x into y, fp32 on the
-/// host, with `threads` OpenMP threads (oneDNN's CPU runtime here is OpenMP); the primitive is
-/// created once, outside the timed calls, as an application would cache it.
+/// oneDNN's data type of T, where oneDNN 2.x computes it on CPUs: fp32 and bf16 (its softmax and
+/// matmul have no fp16 there).
+template <class T>
+constexpr bool onednn_has = std::is_same<T, float>::value || std::is_same<T, kflash::bhalf_t>::value;
+template <class T>
+constexpr dnnl::memory::data_type onednn_type =
+    std::is_same<T, float>::value ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
+
+/// oneDNN runs on the OpenMP runtime with `threads` threads while a scope lives.
+class OneDnnThreads {
+ public:
+  explicit OneDnnThreads(int threads) : before_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+  ~OneDnnThreads() { omp_set_num_threads(before_); }
+  OneDnnThreads(const OneDnnThreads&) = delete;
+  OneDnnThreads& operator=(const OneDnnThreads&) = delete;
+
+ private:
+  int before_;
+};
+
+/// oneDNN's softmax or log_softmax forward (inference) over the rows of x into y, fp32 or bf16 on
+/// the host; the primitive is created once, outside the timed calls, as an application would cache
+/// it.
 class OneDnnRows {
  public:
-  OneDnnRows(RowKind kind, index_t rows, index_t cols, float* x, float* y)
+  OneDnnRows(RowKind kind, index_t rows, index_t cols, dnnl::memory::data_type type, void* x, void* y)
       : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-    const dnnl::memory::desc md({rows, cols}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+    const dnnl::memory::desc md({rows, cols}, type, dnnl::memory::format_tag::ab);
     src_ = dnnl::memory(md, engine_, x);
     dst_ = dnnl::memory(md, engine_, y);
     const auto algorithm = kind == RowKind::softmax ? dnnl::algorithm::softmax_accurate : dnnl::algorithm::softmax_log;
@@ -432,11 +453,9 @@ class OneDnnRows {
     primitive_ = dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(desc, engine_));
   }
   void operator()(int threads) {
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(threads);
+    const OneDnnThreads scope(threads);
     primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
     stream_.wait();
-    omp_set_num_threads(before);
   }
 
  private:
@@ -444,6 +463,55 @@ class OneDnnRows {
   dnnl::stream stream_;
   dnnl::memory src_, dst_;
   dnnl::softmax_v2_forward primitive_;
+};
+
+/// bf16 attention of one head as a oneDNN user would materialise it: S = scale Q K^T (bf16 matmul,
+/// fp32 S), P = softmax(S) rounded to bf16, O = P V (bf16 matmul, bf16 O), with one Nq x Nk buffer
+/// of S and one of P; the primitives are created once. Between the two steps, `mask` may write -inf
+/// into S (scores()).
+class OneDnnAttention {
+ public:
+  OneDnnAttention(index_t Nq, index_t Nk, index_t D, float scale)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc q({Nq, D}, dt::bf16, tag::ab), kt({D, Nk}, dt::bf16, tag::ba),
+        s({Nq, Nk}, dt::f32, tag::ab), p({Nq, Nk}, dt::bf16, tag::ab), v({Nk, D}, dt::bf16, tag::ab),
+        o({Nq, D}, dt::bf16, tag::ab);
+    dnnl::primitive_attr scaled;
+    scaled.set_output_scales(0, {scale});
+    scores_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(q, kt, s), scaled, engine_));
+    softmax_ = dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(
+        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::softmax_accurate, s, p, 1),
+        engine_));
+    output_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p, v, o), engine_));
+    q_ = dnnl::memory(q, engine_, nullptr), k_ = dnnl::memory(kt, engine_, nullptr);
+    v_ = dnnl::memory(v, engine_, nullptr), o_ = dnnl::memory(o, engine_, nullptr);
+    s_ = dnnl::memory(s, engine_), p_ = dnnl::memory(p, engine_);
+  }
+  float* scores() const { return static_cast<float*>(s_.get_data_handle()); }
+  std::size_t buffer_bytes() const { return s_.get_desc().get_size() + p_.get_desc().get_size(); }
+
+  /// One head: q (Nq x D), k and v (Nk x D) and o (Nq x D), rows contiguous, bf16.
+  template <class Mask>
+  void operator()(int threads, const void* q, const void* k, const void* v, void* o, Mask&& mask) {
+    const OneDnnThreads scope(threads);
+    q_.set_data_handle(const_cast<void*>(q)), k_.set_data_handle(const_cast<void*>(k));
+    v_.set_data_handle(const_cast<void*>(v)), o_.set_data_handle(o);
+    scores_.execute(stream_, {{DNNL_ARG_SRC, q_}, {DNNL_ARG_WEIGHTS, k_}, {DNNL_ARG_DST, s_}});
+    stream_.wait();
+    mask();
+    softmax_.execute(stream_, {{DNNL_ARG_SRC, s_}, {DNNL_ARG_DST, p_}});
+    output_.execute(stream_, {{DNNL_ARG_SRC, p_}, {DNNL_ARG_WEIGHTS, v_}, {DNNL_ARG_DST, o_}});
+    stream_.wait();
+  }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul scores_, output_;
+  dnnl::softmax_v2_forward softmax_;
+  dnnl::memory q_, k_, v_, o_, s_, p_;
 };
 #endif
 constexpr index_t stream_tile = 4096;
@@ -480,8 +548,8 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   }
 #if KFLASH_BENCH_HAS_ONEDNN
   if (variant == onednn_variant) {
-    if constexpr (std::is_same<T, float>::value && kflash::impl::ScheduleTraits<Exec>::is_host) {
-      OneDnnRows onednn(kind, rows, cols, x.data(), y.data());
+    if constexpr (onednn_has<T> && kflash::impl::ScheduleTraits<Exec>::is_host) {
+      OneDnnRows onednn(kind, rows, cols, onednn_type<T>, x.data(), y.data());
       const double s = run_timed(state, exec, [&] { onednn(exec.concurrency()); });
       set_rate(state, double(rows) * cols * sizeof(T) * 2, "GB/s");
       record_baseline(key, s, 0, "baseline_onednn");
@@ -833,7 +901,8 @@ inline double visible_pairs(const AttnCase& c) {
 }
 
 /// variant 0: kflash::attention; 1: materialised (S = scale Q K^T by GEMM, row softmax, O = P V by
-/// GEMM), head by head with one Nq x Nk score buffer, as a Kokkos Kernels user would write it.
+/// GEMM), head by head with one Nq x Nk score buffer, as a Kokkos Kernels user would write it;
+/// onednn_variant (bf16 on hosts): the same through oneDNN's bf16 matmul and softmax (OneDnnAttention).
 template <class Exec, class T>
 void attention_case(benchmark::State& state, const std::string& backend, const AttnCase& c, int variant,
                     int blas_thread_count) {
@@ -848,6 +917,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   kflash::AttentionOptions opt = attn_options<Exec, A>(c);
   const std::string key = backend + (c.decode ? "/decode/" : "/attention/") + type_name<T>() + "/" + attn_shape(c);
   double s = 0;
+  double baseline_extra = double(c.Nq) * c.Nk * sizeof(T);  // the materialised baselines' buffers
   if (variant == 0 && c.layout == AttnLayout::varlen) {
     // The B sequences packed one after another: (total, H, D), in q's and k's memory.
     const std::vector<index_t> n = varlen_lengths(c);
@@ -887,6 +957,32 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt, lse, kflash::NoScoreMod(), DocumentMask()); });
   } else if (variant == 0) {
     s = run_timed(state, exec, [&] { kflash::attention(exec, q, k, v, o, opt); });
+  } else if (variant == onednn_variant) {
+#if KFLASH_BENCH_HAS_ONEDNN
+    if constexpr (std::is_same<T, kflash::bhalf_t>::value && kflash::impl::ScheduleTraits<Exec>::is_host) {
+      OneDnnAttention onednn(c.Nq, c.Nk, c.D, float(1 / std::sqrt(double(c.D))));
+      // Causal: the keys past each query's diagonal (bottom-right aligned, as kflash's) get -inf.
+      const Kokkos::View<float**, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged> scores(onednn.scores(), c.Nq,
+                                                                                            c.Nk);
+      const index_t offset = c.Nk - c.Nq, Nk = c.Nk;
+      const auto mask = [&] {
+        if (c.causal)
+          Kokkos::parallel_for(
+              "baseline::causal", Kokkos::RangePolicy<Exec>(exec, 0, c.Nq), KOKKOS_LAMBDA(index_t i) {
+                for (index_t j = i + offset + 1; j < Nk; ++j) scores(i, j) = -std::numeric_limits<float>::infinity();
+              });
+        exec.fence();
+      };
+      s = run_timed(state, exec, [&] {
+        for (index_t b = 0; b < c.B; ++b)
+          for (index_t h = 0; h < c.H; ++h) {
+            const index_t hk = h / (c.H / c.Hk);
+            onednn(blas_thread_count, &q(b, h, 0, 0), &k(b, hk, 0, 0), &v(b, hk, 0, 0), &o(b, h, 0, 0), mask);
+          }
+      });
+      baseline_extra = double(onednn.buffer_bytes());
+    }
+#endif
   } else if constexpr (std::is_same<T, A>::value) {  // 16-bit attention: kflash's call only
 #if KFLASH_BENCH_HAS_CBLAS
     Kokkos::View<T**, Kokkos::LayoutRight, mem> scores("scores", c.Nq, c.Nk);
@@ -910,7 +1006,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   if (c.decode) set_rate(state, bytes, "GB/s");
   else set_rate(state, flops, "GFLOP/s");
   if (variant != 0) {
-    record_baseline(key, s, double(c.Nq) * c.Nk * sizeof(T), "baseline_materialised");
+    record_baseline(key, s, baseline_extra, variant == onednn_variant ? "baseline_onednn" : "baseline_materialised");
     return;
   }
   kflash::impl::AttentionPlan p;

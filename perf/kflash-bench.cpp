@@ -102,17 +102,18 @@ void register_backend(Registry& reg) {
     const std::string base = be + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                              std::to_string(sh.first) + "x" + std::to_string(sh.second);
     for (int variant : {3, 2, 0, stream_variant}) {
-      if (kflash::impl::is_half_type<T> && variant != 0) continue;  // 16-bit rows: kflash only
+#if KFLASH_BENCH_HAS_ONEDNN
+      // oneDNN's softmax and log_softmax, fp32 and bf16 (oneDNN 2.x has no fp16 on CPUs).
+      if (variant == 3 && host && kind != RowKind::logsumexp && onednn_has<T>)
+        reg.add(base + "/baseline_onednn",
+                [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, onednn_variant); });
+#endif
+      if (kflash::impl::is_half_type<T> && variant != 0) continue;  // other baselines: fp32 and fp64
       // The baselines run a team per row: on a device, a few long rows leave it nearly idle for
       // seconds per call, so they are measured from 1024 rows up only.
       if (variant != 0 && variant != stream_variant && !host && sh.first < 1024) continue;
       // The stream: rows wider than its tile, softmax and log_softmax.
       if (variant == stream_variant && (kind == RowKind::logsumexp || sh.second <= stream_tile)) continue;
-#if KFLASH_BENCH_HAS_ONEDNN
-      if (variant == 3 && host && kind != RowKind::logsumexp && std::is_same<T, float>::value)
-        reg.add(base + "/baseline_onednn",
-                [=](benchmark::State& s) { row_case<Exec, T>(s, be, kind, sh.first, sh.second, onednn_variant); });
-#endif
       reg.add(base + (variant == 3   ? "/baseline_3pass"
                       : variant == 2 ? "/baseline_2pass"
                       : variant == 0 ? "/kflash"
@@ -228,6 +229,12 @@ void register_backend(Registry& reg) {
         c.layout == AttnLayout::dense)  // no options
       reg.add(base + "/baseline_materialised",
               [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 1, threads); });
+#endif
+#if KFLASH_BENCH_HAS_ONEDNN
+    if (host && std::is_same<T, kflash::bhalf_t>::value && c.window < 0 && c.option == AttnOption::none &&
+        c.layout == AttnLayout::dense)
+      reg.add(base + "/baseline_onednn",
+              [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, onednn_variant, threads); });
 #endif
     reg.add(base + "/kflash", [=](benchmark::State& s) { attention_case<Exec, T>(s, be, c, 0, threads); });
   };
@@ -367,7 +374,8 @@ struct Peer {
 };
 const Peer peers[] = {
     {"OpenBLAS", KFLASH_BENCH_HAS_CBLAS != 0, "sgemm/dgemm baseline, materialised attention", "libopenblas-dev"},
-    {"oneDNN", KFLASH_BENCH_HAS_ONEDNN != 0, "softmax and log_softmax baseline (fp32, host)", "libdnnl-dev (2.x)"},
+    {"oneDNN", KFLASH_BENCH_HAS_ONEDNN != 0,
+     "softmax and log_softmax baseline (fp32, bf16), bf16 attention baseline (host)", "libdnnl-dev (2.x)"},
 };
 
 /// "OpenBLAS, oneDNN" or "OpenBLAS, oneDNN (missing)".
