@@ -47,6 +47,9 @@ struct CommonTraits {
 struct HostTraits : CommonTraits {
   static constexpr bool is_host = true;
   static constexpr bool host_kernels = true;
+  /// Query rows per block of bf16 attention: the products on bf16 pairs (AMX tiles) take each K/V
+  /// tile for twice the rows, halving the pairs each row's keys stream through the caches.
+  static constexpr index_t block_q_bf16 = 64;
 
   // --- Rows (softmax, log_softmax, logsumexp). Strided rows: a team of one thread per row (or
   // chunk), its tiles by plain lanes.
