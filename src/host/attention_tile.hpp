@@ -76,8 +76,8 @@ void with_operand16(Storage16 format, F&& f) {
 
 /// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, pair_gemm.hpp);
 /// void in the variants without bf16 products, which are never given such tiles.
-template <class T, int VB, class Pairs = void>
-void attention_tile(const AttentionTile<T>& t) {
+template <class T, int VB, class Pairs>
+void attention_tile_steps(const AttentionTile<T>& t) {
   constexpr int R = HostTraits::gemm_rows<VB>, NV = HostTraits::gemm_vectors, DB = HostTraits::dot_block;
   static_assert(HostTraits::attention_pad % (NV * VB / int(sizeof(T))) == 0,
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
@@ -133,6 +133,20 @@ void attention_tile(const AttentionTile<T>& t) {
                                                          reinterpret_cast<const B*>(t.v16_next), t.nk_next);
     });
   }
+}
+
+/// One attention tile (attention_tile_steps); a tile in bf16 pairs within one Session of its
+/// products (the tile configuration loaded once for both products, the tiles released after).
+template <class T, int VB, class Pairs = void>
+void attention_tile(const AttentionTile<T>& t) {
+  if constexpr (!std::is_void<Pairs>::value) {
+    if (t.q16 != nullptr) {
+      const typename Pairs::Session session;
+      attention_tile_steps<T, VB, Pairs>(t);
+      return;
+    }
+  }
+  attention_tile_steps<T, VB, Pairs>(t);
 }
 
 template <int VB>

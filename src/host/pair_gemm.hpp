@@ -115,9 +115,9 @@ struct BlockPairs {
 /// AMX-BF16 tiles: blocks of 32 x 32 of c in four accumulator tiles (0-3), two tiles of a's rows
 /// (4, 5) and two of b's pairs (6, 7), each product 16 pairs deep. M and N are multiples of 16 and
 /// K of 16 pairs (the caller pads with zeros). A Session holds the tiles' configuration around
-/// each product of an attention tile: loaded when it starts (another user of the thread's tiles
-/// may have changed it, and the fp32 steps between the products run without it), the tiles
-/// released when it ends.
+/// an attention tile's two products and the fp32 steps between them: loaded when it starts (another
+/// user of the thread's tiles may have changed it since the last tile), the tiles released when it
+/// ends.
 struct AmxPairs {
   struct Config {
     std::uint8_t palette = 1, start_row = 0;
@@ -180,7 +180,7 @@ struct AmxPairs {
 #undef KFLASH_IMPL_AMX_TARGET
 
 /// An attention tile's products on bf16 pairs (AttentionTile's q16) with the products of P
-/// (BlockPairs<DotPairs>, AmxPairs), each within a P::Session:
+/// (BlockPairs<DotPairs>, AmxPairs), within a Session (P's) the caller holds around the tile:
 ///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16;
 ///   update: P = the weights left in s rounded to bf16 (zeros from key nk to the next step of
 ///           pair_keys), then o += P V.
@@ -188,16 +188,14 @@ template <class P>
 struct TilePairs {
   /// Keys of a tile's product in bf16 pairs are counted in steps of this many (AMX's depth: 16 pairs).
   static constexpr index_t pair_keys = 32;
+  using Session = typename P::Session;
   static_assert(HostTraits::attention_pad % pair_keys == 0 && HostTraits::block_k % pair_keys == 0,
                 "kflash: the tiles' keys and padding must be whole steps of the bf16 pairs' products");
 
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
 
   KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
-    {
-      const typename P::Session session;
-      P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false);
-    }
+    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false);
     for (index_t r = 0; r < t.rows; ++r) {
       float* s = t.s + r * t.bk;
       for (index_t j = 0; j < t.nk; ++j) s[j] *= t.score_scale;
@@ -211,7 +209,6 @@ struct TilePairs {
       narrow_bf16(t.s + r * t.bk, p, t.nk);
       for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
     }
-    const typename P::Session session;
     P::gemm(t.p16, t.bk, t.v_pairs, 2 * t.dvp, t.o, t.dvp, rows16(t), t.dvp, nk / 2, true);
   }
 };
