@@ -62,6 +62,28 @@ void pair_keys(const KV& k, index_t b, index_t hk, index_t j0, index_t n, index_
       }
 }
 
+/// Keys [j0, j0 + n) of V's head (b, hk) in bf16 pairs of keys (AttentionTile's v_pairs): row i
+/// holds keys j0 + 2i and j0 + 2i + 1 interleaved (2 dvp values, columns from Dv zero); rows from
+/// key j0 + n up to key j0 + n_pad (even) are zero.
+template <class VV>
+void pair_values(const VV& v, index_t b, index_t hk, index_t j0, index_t n, index_t n_pad, index_t Dv, index_t dvp,
+                 std::uint16_t* out) {
+  for (index_t j = 0; j < n_pad; j += 2) {
+    std::uint16_t* row = out + j * dvp;
+    if (j >= n) {
+      for (index_t c = 0; c < 2 * dvp; ++c) row[c] = 0;
+    } else if (v.stride(3) == 1) {
+      const auto at = [&](index_t i) { return reinterpret_cast<const std::uint16_t*>(&v(b, hk, j0 + i, 0)); };
+      row_pairs(at(j), j + 1 < n ? at(j + 1) : nullptr, Dv, dvp, row);
+    } else {
+      for (index_t c = 0; c < dvp; ++c) {
+        row[2 * c] = c < Dv ? bits16(v(b, hk, j0 + j, c)) : 0;
+        row[2 * c + 1] = c < Dv && j + 1 < n ? bits16(v(b, hk, j0 + j + 1, c)) : 0;
+      }
+    }
+  }
+}
+
 /// bf16 K in pairs of dimensions (AttentionTile's k_pairs) once per K/V head for all the head's
 /// query blocks (plan's packed_ld > 0): the pairs of key j of head (b, hk), row p, at
 /// packed[((b * Hk + hk) * d16 / 2 + p) * 2 ld + 2j], keys [Nk, ld) zero. One work item per bk keys
@@ -83,12 +105,29 @@ struct PackKeyPairs {
   }
 };
 
-/// K packed once per K/V head for the host kernel: transposed (PackKeys) or in bf16 pairs
-/// (PackKeyPairs), or neither (both null).
+/// bf16 V in pairs of keys (AttentionTile's v_pairs) once per K/V head, beside PackKeyPairs: the
+/// pairs of keys j, j + 1 (j even) of head (b, hk) at packed[((b * Hk + hk) * ld + j) * dvp], keys
+/// [Nk, ld) zero. One work item per bk keys of a head.
+template <class VV>
+struct PackValuePairs {
+  VV v;
+  std::uint16_t* packed;
+  index_t Hk, Nk, Dv, dvp, ld, bk;
+
+  void operator()(index_t item) const {
+    const index_t per_head = ld / bk, bh = item / per_head, j0 = item % per_head * bk;
+    const index_t valid = Nk - j0 < bk ? (Nk > j0 ? Nk - j0 : 0) : bk;
+    pair_values(v, bh / Hk, bh % Hk, j0, valid, bk, Dv, dvp, packed + (bh * ld + j0) * dvp);
+  }
+};
+
+/// K and V packed once per K/V head for the host kernel: K transposed (PackKeys), or K and V in
+/// bf16 pairs (PackKeyPairs, PackValuePairs), or none (all null).
 template <class T>
-struct PackedKeys {
+struct PackedKV {
   const T* keys = nullptr;
-  const std::uint16_t* pairs = nullptr;
+  const std::uint16_t* key_pairs = nullptr;
+  const std::uint16_t* value_pairs = nullptr;
 };
 
 template <class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
@@ -107,8 +146,8 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// (AttentionTile's q16).
   static constexpr bool bf16 = !std::is_same<S, T>::value && storage16_of<S> == Storage16::bf16;
   static_assert(HostTraits::block_q % 16 == 0, "kflash: the bf16 pairs' tiles take rows by 16");
-  /// K packed by PackKeys or PackKeyPairs (null: each block stages its tiles of K).
-  PackedKeys<T> packed_keys = {};
+  /// K (and V) packed once per head (null: each block stages its tiles).
+  PackedKV<T> packed_kv = {};
 
   /// q, K transposed, V, scores, O (V and O padded), states, each row's keys and score stage in the
   /// tile; for bf16, Q, K and V in pairs and the rounded weights (AttentionTile's q16, k_pairs,
@@ -133,28 +172,22 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   }
 
   /// The bf16 pairs of the tile of nk keys from key t0 of head (b, hk): K's from the head's packed
-  /// pairs (packed_pairs, row stride 2 packed_ld) or into kp, V's into vp (zeros from key nk to the
-  /// next step of 32 keys).
-  void stage_pairs(index_t b, index_t hk, index_t t0, index_t nk, const std::uint16_t* packed_pairs, const Tile16& kp,
-                   const Tile16& vp, AttentionTile<T>& tile) const {
-    if (packed_pairs != nullptr)
-      tile.k_pairs = packed_pairs + 2 * t0, tile.ldk_pairs = p.packed_ld;
+  /// pairs (key_pairs, row stride 2 packed_ld) or into kp; V's from the head's packed pairs
+  /// (value_pairs) where the tile starts at a pair and its products read only its own keys (nk a
+  /// whole step of 32 keys: the rows past nk would hold the next keys, whose values may be infinite),
+  /// else into vp (zeros from key nk to the next step of 32 keys).
+  void stage_pairs(index_t b, index_t hk, index_t t0, index_t nk, const std::uint16_t* key_pairs,
+                   const std::uint16_t* value_pairs, const Tile16& kp, const Tile16& vp, AttentionTile<T>& tile) const {
+    if (key_pairs != nullptr)
+      tile.k_pairs = key_pairs + 2 * t0, tile.ldk_pairs = p.packed_ld;
     else
       pair_keys(k, b, hk, t0, nk, p.D, kp.data(), p.bk);
-    const index_t nk32 = (nk + 31) / 32 * 32;
-    for (index_t j = 0; j < nk32; j += 2) {
-      std::uint16_t* out = &vp(j / 2, 0);
-      if (j >= nk) {
-        for (index_t c = 0; c < 2 * p.dvp; ++c) out[c] = 0;
-      } else if (v.stride(3) == 1) {
-        const auto row = [&](index_t i) { return reinterpret_cast<const std::uint16_t*>(&v(b, hk, t0 + i, 0)); };
-        row_pairs(row(j), j + 1 < nk ? row(j + 1) : nullptr, p.Dv, p.dvp, out);
-      } else {
-        for (index_t c = 0; c < p.dvp; ++c) {
-          out[2 * c] = c < p.Dv ? bits16(v(b, hk, t0 + j, c)) : 0;
-          out[2 * c + 1] = c < p.Dv && j + 1 < nk ? bits16(v(b, hk, t0 + j + 1, c)) : 0;
-        }
-      }
+    constexpr index_t step = 32;
+    if (value_pairs != nullptr && t0 % 2 == 0 && nk % step == 0) {
+      tile.v_pairs = value_pairs + t0 * p.dvp;
+    } else {
+      pair_values(v, b, hk, t0, nk, (nk + step - 1) / step * step, p.Dv, p.dvp, vp.data());
+      tile.v_pairs = vp.data();
     }
   }
 
@@ -176,9 +209,11 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // that do not read K in place take the products on pairs: Q, K and V staged in pairs.
     constexpr bool same = std::is_same<S, T>::value;
     const index_t head = b * p.Hk + hk, d16 = pair_dims(p.D);
-    const T* packed = packed_keys.keys != nullptr ? packed_keys.keys + head * p.D * p.packed_ld : nullptr;
+    const T* packed = packed_kv.keys != nullptr ? packed_kv.keys + head * p.D * p.packed_ld : nullptr;
     const std::uint16_t* packed_pairs =
-        packed_keys.pairs != nullptr ? packed_keys.pairs + head * d16 * p.packed_ld : nullptr;
+        packed_kv.key_pairs != nullptr ? packed_kv.key_pairs + head * d16 * p.packed_ld : nullptr;
+    const std::uint16_t* value_pairs =
+        packed_kv.value_pairs != nullptr ? packed_kv.value_pairs + head * p.packed_ld * p.dvp : nullptr;
     const bool k_in_place =
         packed == nullptr && packed_pairs == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
     const bool pairs = packed_pairs != nullptr || (bf16 && !k_in_place && bf16_products());
@@ -237,7 +272,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
       if (pairs) {
-        if constexpr (bf16) stage_pairs(b, hk, t0, tile.nk, packed_pairs, kp, vp, tile);
+        if constexpr (bf16) stage_pairs(b, hk, t0, tile.nk, packed_pairs, value_pairs, kp, vp, tile);
       } else if (packed != nullptr) {
         tile.kt = packed + t0;
       } else if (k_in_place) {

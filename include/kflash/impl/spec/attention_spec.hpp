@@ -40,10 +40,10 @@ template <bool Partial, class Traits, class Shape, class ExecSpace, class Terms,
           class VV, class OV, class LV>
 void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& terms, const Seq& seq, const QV& q,
                       const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse,
-                      const host::PackedKeys<arith_t<typename OV::non_const_value_type>>& packed) {
+                      const host::PackedKV<arith_t<typename OV::non_const_value_type>>& packed) {
   using Kernel = AttentionKernelOf<Traits, Shape, ExecSpace, decltype(terms.stage), QV, KV, VV, OV, LV, Partial>;
   Kernel kernel{{q, k, v, o, lse, has_lse, p, terms.scale, terms.stage, terms.sinks, terms.block_mask, 0, seq}};
-  if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_keys = packed;
+  if constexpr (Traits::host_kernels && std::is_void<Shape>::value) kernel.packed_kv = packed;
   if constexpr (!std::is_void<Shape>::value) kernel.chunked_kv = rows_in_chunks(k, p.D) && rows_in_chunks(v, p.Dv);
   const std::size_t league = std::size_t(p.B * p.Hk * p.nqb * p.nsplits);
   const std::size_t bytes = Kernel::scratch_bytes(p);
@@ -69,15 +69,18 @@ void launch_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms
 
 /// Where a planned call keeps what its kernels share, in one workspace: K packed for the host
 /// kernels (plan's packed_ld > 0: D x packed_ld values of T per K/V head, or with pairs
-/// pair_dims(D) x packed_ld 16-bit values), then split K/V's partial lse and O (nsplits > 1).
-/// Offsets and size in bytes; bytes = 0 when the call needs none.
+/// pair_dims(D) x packed_ld 16-bit values of K and then, value_pairs values further, dvp x
+/// packed_ld of V), then split K/V's partial lse and O (nsplits > 1). Offsets and size in bytes
+/// (value_pairs: in 16-bit values); bytes = 0 when the call needs none.
 template <class T, class MemorySpace>
 struct AttentionWorkspace {
-  std::size_t packed = 0, lse = 0, o = 0, bytes = 0;
+  std::size_t packed = 0, value_pairs = 0, lse = 0, o = 0, bytes = 0;
 
   AttentionWorkspace(const AttentionPlan& p, bool pairs) {
     using Scratch = CachedWorkspace<MemorySpace>;
-    const std::size_t packed_values = std::size_t(p.B * p.Hk * (pairs ? host::pair_dims(p.D) : p.D) * p.packed_ld);
+    if (pairs) value_pairs = std::size_t(p.B * p.Hk * host::pair_dims(p.D) * p.packed_ld);
+    const std::size_t packed_values = pairs ? value_pairs + std::size_t(p.B * p.Hk * p.dvp * p.packed_ld)
+                                            : std::size_t(p.B * p.Hk * p.D * p.packed_ld);
     lse = Scratch::aligned((pairs ? 2 : sizeof(T)) * packed_values);
     const std::size_t lse_count = p.nsplits > 1 ? std::size_t(p.nsplits * p.B * p.Hq * p.Nq) : 0;
     o = lse + Scratch::aligned(sizeof(T) * lse_count);
@@ -100,7 +103,7 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
   constexpr bool bf16 = host_kernel && is_half_type<S> && host::storage16_of<S> == host::Storage16::bf16;
   const bool pairs = bf16 && host::bf16_products();
   const AttentionWorkspace<T, mem> parts(p, pairs);
-  host::PackedKeys<T> packed;
+  host::PackedKV<T> packed;
   if (parts.bytes == 0) {
     launch_attention<false, Traits, Shape>(exec, p, terms, seq, q, k, v, o, lse, has_lse, packed);
     return;
@@ -111,13 +114,16 @@ void run_attention(const ExecSpace& exec, const AttentionPlan& p, const Terms& t
       const Kokkos::RangePolicy<ExecSpace> heads(exec, 0, p.B * p.Hk * (p.packed_ld / p.bk));
       if constexpr (bf16) {
         if (pairs) {
-          std::uint16_t* packed_pairs = scratch.template at<std::uint16_t>(parts.packed);
+          std::uint16_t* key_pairs = scratch.template at<std::uint16_t>(parts.packed);
+          std::uint16_t* value_pairs = key_pairs + parts.value_pairs;
           Kokkos::parallel_for("kflash::attention pack_keys", heads,
-                               host::PackKeyPairs<KV>{k, packed_pairs, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
-          packed.pairs = packed_pairs;
+                               host::PackKeyPairs<KV>{k, key_pairs, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
+          Kokkos::parallel_for("kflash::attention pack_values", heads,
+                               host::PackValuePairs<VV>{v, value_pairs, p.Hk, p.Nk, p.Dv, p.dvp, p.packed_ld, p.bk});
+          packed.key_pairs = key_pairs, packed.value_pairs = value_pairs;
         }
       }
-      if (packed.pairs == nullptr) {
+      if (packed.key_pairs == nullptr) {
         T* packed_keys = scratch.template at<T>(parts.packed);
         Kokkos::parallel_for("kflash::attention pack_keys", heads,
                              host::PackKeys<KV, T>{k, packed_keys, p.Hk, p.Nk, p.D, p.packed_ld, p.bk});
