@@ -91,10 +91,10 @@ void check_half_matrix(std::size_t rows, std::size_t cols, const std::vector<H>&
 
 template <class H>
 void check_half_rows() {
-  // On the host kernels: short rows and rows of up to two tiles (several at a time through a buffer
-  // on the stack), longer rows (whole through a buffer in team scratch, or block by block beyond
-  // 128 Ki elements), rows split into chunks (few rows of many columns, and the rank-1 row below);
-  // every layout; values spread so that outputs cover many binades.
+  // On the host kernels: rows of one tile (several at a time through a buffer on the stack), longer
+  // rows read as they are (softmax's weights in team scratch), rows split into chunks (few rows of
+  // many columns, and the rank-1 row below: weights computed again); every layout; values spread
+  // so that outputs cover many binades.
   check_half_matrix<H, Kokkos::LayoutRight>(1, 1, halves<H>({0.5f}), "single");
   check_half_matrix<H, Kokkos::LayoutRight>(37, 19, halves<H>(normal_values<float>(37 * 19, 11, 3.0)), "short");
   check_half_matrix<H, Kokkos::LayoutRight>(40, 700, halves<H>(normal_values<float>(40 * 700, 16, 3.0)), "grouped");
@@ -103,7 +103,7 @@ void check_half_rows() {
   check_half_matrix<H, Kokkos::LayoutStride>(5, 130, halves<H>(normal_values<float>(5 * 130, 13, 2.0)), "strided");
   check_half_matrix<H, Kokkos::LayoutRight>(2, 50000, halves<H>(normal_values<float>(2 * 50000, 14, 5.0)), "long");
   check_half_matrix<H, Kokkos::LayoutRight>(8, 140000, halves<H>(normal_values<float>(8 * 140000, 18, 5.0)),
-                                            "longer than a buffer");
+                                            "very long");
 
   // Special rows: masked elements, a fully masked row, a NaN, +inf (NaN row), and values whose
   // float exponentials would overflow without the max shift.
@@ -116,6 +116,14 @@ void check_half_rows() {
                                                        0.0f, i, 1.0f, 2.0f, //
                                                        big, big, -big, 0.0f}),
                                             "special");
+  // The same in rows longer than a tile, past the first vectors and in the last tile's tail.
+  std::vector<float> special = normal_values<float>(5 * 1500, 19, 3.0);
+  for (std::size_t c = 0; c < 1500; c += 7) special[c] = -i;  // row 0: masked elements
+  for (std::size_t c = 1500; c < 3000; ++c) special[c] = -i;  // row 1: fully masked
+  special[2 * 1500 + 1003] = nan<float>;                      // row 2: NaN
+  special[3 * 1500 + 1498] = i;                               // row 3: +inf
+  special[4 * 1500 + 600] = big;                              // row 4: a maximum far above the rest
+  check_half_matrix<H, Kokkos::LayoutRight>(5, 1500, halves<H>(special), "special long");
 
   // A rank-1 View is one row (split into chunks for several threads).
   using Exec = TEST_EXECSPACE;

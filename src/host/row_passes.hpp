@@ -1,6 +1,8 @@
 // The host row kernels over contiguous rows: the state pass (tile by tile, through the tile
 // recurrence on vector lanes), the write passes (plain or non-temporal stores), rows of one tile
 // taken several at a time, and the pairing of one row's write pass with the next row's state pass.
+// Rows stored as 16-bit B go through the same passes with T = float: read widened as they load
+// (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
 #pragma once
 
 #include "vector_lanes.hpp"
@@ -8,6 +10,7 @@
 #include <kflash/impl/host/host_kernels.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace kflash::impl::host::internal {
 
@@ -63,20 +66,21 @@ inline void apply_lanes(const ScaledExpOf<T>& f, const T* v, T* w) {  // with th
   for (int l = 0; l < N; ++l) w[l] = f.scale * w[l] - f.offset;
 }
 
-/// y[j] = f(x[j]) for the whole vectors of [i, n), each written by Out::store; returns where they end.
-/// In groups of a vector (x and y may be the same row, never partly overlapping ones: a group is
-/// read whole before it is written, and the compiler needs no test of their overlap). x's group
-/// goes through a vector and an aligned copy: read element by element the compiler may load it one
-/// element at a time, and a plain copy may be split into two halves that a whole-vector load then
-/// waits for (AVX2's generic tuning splits unaligned 32-byte accesses).
-template <class T, int VB, class Out, class F>
-inline index_t write_vectors(const T* x, T* y, index_t i, index_t n, const F& f) {
+/// y[j] = f(x[j]) for the whole vectors of [i, n), x's widened as they load (Operand), each written
+/// by Out::store; returns where they end. In groups of a vector (x and y may be the same row, never
+/// partly overlapping ones: a group is read whole before it is written, and the compiler needs no
+/// test of their overlap). x's group goes through a vector and an aligned copy: read element by
+/// element the compiler may load it one element at a time, and a plain copy may be split into two
+/// halves that a whole-vector load then waits for (AVX2's generic tuning splits unaligned 32-byte
+/// accesses).
+template <class T, int VB, class Out, class B, class Y, class F>
+inline index_t write_vectors(const B* x, Y* y, index_t i, index_t n, const F& f) {
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
   alignas(VB) T xl[W], w[W];
   typename V::type v;
   for (; i + W <= n; i += W) {
-    V::load(v, x + i);
+    Operand<T, VB, B>::load(v, x + i);
     V::store(xl, v);
     apply_lanes<T, VB, W>(f, xl, w);
     V::load(v, w);
@@ -85,18 +89,25 @@ inline index_t write_vectors(const T* x, T* y, index_t i, index_t n, const F& f)
   return i;
 }
 
-template <class T, int VB, class F>
-inline void write_pass(const T* x, T* y, index_t n, const F& f, bool stream, bool fence = true) {
+/// The write pass y[i] = f(x[i]), i in [0, n), x stored as B, y as Y (T, or 16-bit: each output
+/// rounded once; those take no non-temporal stores).
+template <class T, int VB, class B, class Y, class F>
+inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, bool fence = true) {
   using S = Stream<T, VB>;
+  using In = Operand<T, VB, B>;
   index_t i = 0;
-  if (stream && S::available) {
-    for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(x[i]);
-    i = write_vectors<T, VB, S>(x, y, i, n, f);
-    if (fence) S::fence();
+  if constexpr (std::is_same<Y, T>::value) {
+    if (stream && S::available) {
+      for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(In::element(x[i]));
+      i = write_vectors<T, VB, S>(x, y, i, n, f);
+      if (fence) S::fence();
+    } else {
+      i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
+    }
   } else {
-    i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
+    i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
   }
-  for (; i < n; ++i) y[i] = f(x[i]);
+  for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
 }
 
 /// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
@@ -124,14 +135,14 @@ struct TileBufferStore {
   KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { buf[i - b] = w; }
 };
 
-/// The state pass over x[0, n), a tile at a time, through RowTiles (tile_state.hpp). With w, the
-/// weights go to w[0, n) and tile t's reference (the running maximum before it, or its own
-/// maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum then
-/// keeps its weights in a buffer until it is kept. With sum_logits, the sum of x goes to `logits` (a
-/// compensated sum of the tiles' sums, each taken while its tile is in the cache).
-template <class T, int VB>
+/// The state pass over x[0, n) (stored as B), a tile at a time, through RowTiles (tile_state.hpp).
+/// With w, the weights go to w[0, n) and tile t's reference (the running maximum before it, or its
+/// own maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum
+/// then keeps its weights in a buffer until it is kept. With sum_logits, the sum of x goes to
+/// `logits` (a compensated sum of the tiles' sums, each taken while its tile is in the cache).
+template <class T, int VB, class B = T>
 struct StatePass {
-  const T* x;
+  const B* x;
   index_t n;
   T* w = nullptr;
   T* tile_max = nullptr;
@@ -145,13 +156,13 @@ struct StatePass {
   void tile(index_t b) {
     const index_t e = b + HostTraits::tile < n ? b + HostTraits::tile : n;
     prefetch_ahead(x, e, n);
-    const Load<T> value{x};
+    const Elements<T, B> value{x};
     bool kept = false;
     if (rows.try_running_max()) {
       T ref;
       if (w == nullptr) {
         kept = rows.add_against_running_max(b, e, value, NoStore<T>{}, rows.slack, ref);
-      } else if (w != x) {
+      } else if (!in_place()) {
         kept = rows.add_against_running_max(b, e, value, Store<T>{w}, T(0), ref);
       } else {
         T buf[HostTraits::tile];
@@ -171,11 +182,15 @@ struct StatePass {
   void all() {
     for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);
   }
+  bool in_place() const {
+    if constexpr (std::is_same<T, B>::value) return w == x;
+    return false;
+  }
 };
 
-template <class T, int VB>
-SoftmaxState<T> row_state(const T* x, index_t n) {
-  StatePass<T, VB> pass{x, n};
+template <class T, int VB, class B = T>
+SoftmaxState<T> row_state(const B* x, index_t n) {
+  StatePass<T, VB, B> pass{x, n};
   pass.all();
   return pass.state();
 }
@@ -183,12 +198,12 @@ SoftmaxState<T> row_state(const T* x, index_t n) {
 /// The LogitStats of each row of blk. Rows of one tile go short_group at a time, each step (the
 /// maxima, the logits' sums, the weights' sums) for all of them before the next, as in short_rows:
 /// the rows' chains of dependent operations overlap.
-template <class T, int VB>
-void run_logit_rows(const LogitBlock<T>& blk) {
+template <class T, int VB, class B = T>
+void run_logit_rows(const LogitBlock<T, B>& blk) {
   const index_t n = blk.cols;
   if (n > HostTraits::tile) {
     for (index_t r = 0; r < blk.rows; ++r) {
-      StatePass<T, VB> pass{blk.x + r * blk.ldx, n, nullptr, nullptr, true};
+      StatePass<T, VB, B> pass{blk.x + r * blk.ldx, n, nullptr, nullptr, true};
       pass.all();
       blk.out[r * blk.ldout] = LogitStats<T>{pass.state(), pass.logits, T(0)};
     }
@@ -199,11 +214,11 @@ void run_logit_rows(const LogitBlock<T>& blk) {
   for (index_t r0 = 0; r0 < blk.rows; r0 += group) {
     const index_t g = blk.rows - r0 < group ? blk.rows - r0 : group;
     T m[group], logits[group];
-    for (index_t i = 0; i < g; ++i) m[i] = tile_max<Lanes, T>(0, n, Load<T>{blk.x + (r0 + i) * blk.ldx});
-    for (index_t i = 0; i < g; ++i) logits[i] = tile_sum<Lanes, T>(0, n, Load<T>{blk.x + (r0 + i) * blk.ldx});
+    for (index_t i = 0; i < g; ++i) m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
+    for (index_t i = 0; i < g; ++i) logits[i] = tile_sum<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
     TileSums<Lanes, T> sums[group];
     for (index_t i = 0; i < g; ++i)
-      sums[i].add_weights(m[i], 0, n, Load<T>{blk.x + (r0 + i) * blk.ldx}, NoStore<T>{});
+      sums[i].add_weights(m[i], 0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx}, NoStore<T>{});
     // Written member by member: a whole LogitStats would be assembled on the stack by scalar stores
     // and copied out by vector loads that wait for them (about 9 ns a row).
     for (index_t i = 0; i < g; ++i) {
@@ -216,8 +231,8 @@ void run_logit_rows(const LogitBlock<T>& blk) {
   }
 }
 
-template <class T, int VB>
-void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
+template <class T, int VB, class B = T>
+void write_row(RowOp op, const B* x, B* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
   if (op == RowOp::softmax) {
     write_pass<T, VB>(x, y, n, ProbOf<T>{norm}, stream);
   } else {
@@ -225,8 +240,8 @@ void write_row(RowOp op, const T* x, T* y, index_t n, const SoftmaxNormalizer<T>
   }
 }
 
-template <class T, int VB>
-void write_scaled_exp(const T* x, T* y, index_t n, T shift, T scale, T offset) {
+template <class T, int VB, class B = T>
+void write_scaled_exp(const B* x, B* y, index_t n, T shift, T scale, T offset) {
   write_pass<T, VB>(x, y, n, ScaledExpOf<T>{shift, scale, offset}, false);
 }
 
@@ -288,8 +303,8 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
 /// write_pass over x[0, n) a tile at a time, each tile followed by the same tile of `beside`'s
 /// state pass (if any; its row has n elements too). With `stream`, the write pass's tiles start
 /// where y is aligned (after the first): each tile then stores vectors only.
-template <class T, int VB, class F>
-void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, StatePass<T, VB>* beside) {
+template <class T, int VB, class B, class F>
+void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, StatePass<T, VB, B>* beside) {
   if (beside == nullptr) {
     write_pass<T, VB>(x, y, n, f, stream);
     return;
@@ -310,8 +325,8 @@ void write_pass_beside(const T* x, T* y, index_t n, const F& f, bool stream, Sta
 /// row max) / l a tile at a time, each tile followed by the same tile of `beside`'s state pass (if
 /// any; its row has n elements too, and its weights may go where done's were: each tile is
 /// scaled before `beside` computes it). y may be done's w (in place).
-template <class T, int VB>
-void scale_pass_beside(const StatePass<T, VB>& done, T* y, bool stream, StatePass<T, VB>* beside) {
+template <class T, int VB, class B>
+void scale_pass_beside(const StatePass<T, VB, B>& done, B* y, bool stream, StatePass<T, VB, B>* beside) {
   const T inv_sum = SoftmaxNormalizer<T>(done.state()).inv_sum;
   for (index_t b = 0; b < done.n; b += HostTraits::tile) {
     const index_t e = b + HostTraits::tile < done.n ? b + HostTraits::tile : done.n;
@@ -322,25 +337,29 @@ void scale_pass_beside(const StatePass<T, VB>& done, T* y, bool stream, StatePas
   if (stream) Stream<T, VB>::fence();
 }
 
-template <class T, int VB>
-void run_rows(const RowBlock<T>& blk) {
+/// Whole rows (rows stored as 16-bit B: longer than a tile, softmax's weights recomputed or in
+/// blk.weights).
+template <class T, int VB, class B = T>
+void run_rows(const RowBlock<T, B>& blk) {
   const index_t n = blk.cols;
-  if (n <= HostTraits::tile) {
-    for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
-      short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
-    return;
-  }
-  if (blk.op == RowOp::softmax && blk.weights_at == WeightsAt::output &&
-      n * index_t(sizeof(T)) <= HostTraits::stored_weights_bytes) {  // the room of tile_max below
-    // One exp per element: the weights in y, scaled in place while the row is still in cache.
-    T tile_max[HostTraits::stored_weights_bytes / sizeof(T) / HostTraits::tile];
-    for (index_t r = 0; r < blk.rows; ++r) {
-      T* y = blk.y + r * blk.ldy;
-      StatePass<T, VB> pass{blk.x + r * blk.ldx, n, y, tile_max};
-      pass.all();
-      scale_pass_beside<T, VB>(pass, y, false, nullptr);
+  if constexpr (std::is_same<T, B>::value) {
+    if (n <= HostTraits::tile) {
+      for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
+        short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
+      return;
     }
-    return;
+    if (blk.op == RowOp::softmax && blk.weights_at == WeightsAt::output &&
+        n * index_t(sizeof(T)) <= HostTraits::stored_weights_bytes) {  // the room of tile_max below
+      // One exp per element: the weights in y, scaled in place while the row is still in cache.
+      T tile_max[HostTraits::stored_weights_bytes / sizeof(T) / HostTraits::tile];
+      for (index_t r = 0; r < blk.rows; ++r) {
+        T* y = blk.y + r * blk.ldy;
+        StatePass<T, VB> pass{blk.x + r * blk.ldx, n, y, tile_max};
+        pass.all();
+        scale_pass_beside<T, VB, T>(pass, y, false, nullptr);
+      }
+      return;
+    }
   }
   // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
   // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
@@ -350,13 +369,14 @@ void run_rows(const RowBlock<T>& blk) {
   if (blk.rows <= 0) return;
   const bool stored = blk.op == RowOp::softmax && blk.weights_at == WeightsAt::scratch;
   auto pass_of = [&](index_t r) {
-    return StatePass<T, VB>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr, stored ? blk.weights + n : nullptr};
+    return StatePass<T, VB, B>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr,
+                               stored ? blk.weights + n : nullptr};
   };
-  StatePass<T, VB> next = pass_of(0);
+  StatePass<T, VB, B> next = pass_of(0);
   next.all();
   for (index_t r = 0; r < blk.rows; ++r) {
-    const T* x = blk.x + r * blk.ldx;
-    const StatePass<T, VB> done = next;
+    const B* x = blk.x + r * blk.ldx;
+    const StatePass<T, VB, B> done = next;
     const SoftmaxState<T> s = done.state();
     const bool more = r + 1 < blk.rows;
     if (more) next = pass_of(r + 1);
@@ -370,7 +390,7 @@ void run_rows(const RowBlock<T>& blk) {
       continue;
     }
     const SoftmaxNormalizer<T> norm(s, blk.op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
-    T* y = blk.y + r * blk.ldy;
+    B* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
       write_pass_beside<T, VB>(x, y, n, ProbOf<T>{norm}, blk.stream, more ? &next : nullptr);
     } else {

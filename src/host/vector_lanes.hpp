@@ -1,13 +1,27 @@
 // The lane-block policy of the host kernels: ScalarLanes' blocks of 16 lanes held as vectors of VB
 // bytes, so the tile recurrence of include/kflash/impl/tile/tile_state.hpp runs on vector registers
-// with the same additions in the same order. The values are read from memory (Load).
+// with the same additions in the same order. The values are read from memory: Load<T>, or
+// Widened<T, B> for rows stored as 16-bit B (widened to float as they load).
 #pragma once
 
+#include "half_vectors.hpp"
 #include "vector_exp.hpp"
 
 #include <kflash/impl/traits.hpp>
 
+#include <type_traits>
+
 namespace kflash::impl::host::internal {
+
+/// Element access to a row stored as B, read as T (Operand: 16-bit B widened to float).
+template <class T, class B>
+struct Widened {
+  const B* p;
+  T operator()(index_t i) const { return Operand<T, int(sizeof(T)), B>::element(p[i]); }
+};
+/// The accessor of a row stored as B: Load<T> itself where B is T.
+template <class T, class B>
+using Elements = std::conditional_t<std::is_same<T, B>::value, Load<T>, Widened<T, B>>;
 
 #ifdef KFLASH_IMPL_VECTOR_EXT
 template <class T, int VB>
@@ -26,10 +40,12 @@ struct VectorLanes {
   static void fill(Block& a, T x) {
     for (int u = 0; u < vectors; ++u) V::fill(a.v[u], x);
   }
-  static void max(Block& a, const Load<T>& x, index_t i) {
+  template <class X>  // Load<T> or Widened<T, B>
+  static void max(Block& a, const X& x, index_t i) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(x.p)>>;
     typename V::type t;
     for (int u = 0; u < vectors; ++u) {
-      V::load(t, x.p + i + u * vector_width);
+      Operand<T, VB, B>::load(t, x.p + i + u * vector_width);
       V::max(a.v[u], t);
     }
   }
@@ -47,6 +63,16 @@ struct VectorLanes {
   static T sum_tree(Block& a) { return reduce<AddOp>(a); }
   static void exp_block(const Load<T>& x, index_t i, T m, T* w) {
     LaneExp<T, VB>::template apply<width>(x.p + i, m, w);
+  }
+  template <class B>
+  static void exp_block(const Widened<T, B>& x, index_t i, T m, T* w) {
+    alignas(VB) T v[width];
+    typename V::type t;
+    for (int u = 0; u < vectors; ++u) {
+      Operand<T, VB, B>::load(t, x.p + i + u * vector_width);
+      V::store(v + u * vector_width, t);
+    }
+    LaneExp<T, VB>::template apply<width>(v, m, w);
   }
 
 #ifdef KFLASH_IMPL_SHUFFLES

@@ -39,10 +39,10 @@ SoftmaxState<double> row_state(Isa which, const double* x, index_t n);
 /// Rows of logits for cross-entropy's statistics: row r of x at x + r * ldx, cols elements each,
 /// contiguous (a chunk of a row: rows = 1); the statistics of row r (target_logit 0) go to
 /// out[r * ldout]. Rows longer than a tile take row_state's pass, which also sums each tile while
-/// it is in the cache.
-template <class T>
+/// it is in the cache. Inside the kernels, B is the rows' storage (run_logit_rows16's long rows).
+template <class T, class B = T>
 struct LogitBlock {
-  const T* x;
+  const B* x;
   index_t ldx;
   LogitStats<T>* out;
   index_t ldout;
@@ -76,9 +76,11 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
                  const SoftmaxNormalizer<float>& norm);
 /// Whole 16-bit rows of `format`, as RowBlock: row r of x at x + r * ldx, cols elements each,
 /// contiguous; softmax and log_softmax write row r of y at y + r * ldy (y may be x); logsumexp
-/// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. Rows that fit the
-/// buffer (buffer_elements floats; none: HostTraits::widened_block on the stack) are widened into
-/// it whole, several at a time, and go through run_rows' passes; longer rows block by block, twice.
+/// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. Rows of one tile
+/// are widened whole into a buffer on the stack, several at a time, and go through run_rows'
+/// passes; longer rows go through them as they are, read widened and written rounded, softmax's
+/// weights kept in `buffer` (buffer_elements floats, at least weights_elements(cols); none: each
+/// weight computed again in the write pass).
 struct RowBlock16 {
   Storage16 format;
   RowOp op;
@@ -135,13 +137,14 @@ constexpr index_t weights_elements(index_t cols) { return cols + cols / HostTrai
 /// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
 /// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout]. With `stream`,
 /// rows longer than one tile write with non-temporal stores. The plan decides stream and weights_at
-/// (plan_host_rows); rows of one tile always keep softmax's weights in y.
-template <class T>
+/// (plan_host_rows); rows of one tile always keep softmax's weights in y. Inside the kernels, B is
+/// the rows' storage (run_rows16's rows: a 16-bit type, T float).
+template <class T, class B = T>
 struct RowBlock {
   RowOp op;
-  const T* x;
+  const B* x;
   index_t ldx;
-  T* y;
+  B* y;
   index_t ldy;
   T* out;
   index_t ldout;

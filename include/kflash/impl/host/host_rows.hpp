@@ -11,7 +11,7 @@ namespace kflash::impl::host {
 
 /// A row plan with the host kernels' decisions for it: non-temporal stores, and where softmax keeps
 /// its weights (with the bytes of team scratch that takes). 16-bit rows: weights_bytes is the team
-/// scratch of the float buffer a whole row is widened into (none: blocks on the stack).
+/// scratch of softmax's float weights (RowBlock16::buffer) for whole rows longer than a tile.
 struct HostRowPlan {
   RowPlan rows;
   bool stream = false;
@@ -26,8 +26,9 @@ HostRowPlan plan_host_rows(RowOp op, const RowPlan& rows) {
   const index_t bytes = rows.cols * index_t(sizeof(T));
   p.stream = rows.rows * bytes >= HostTraits::stream_bytes;
   if constexpr (is_half_type<T>) {
-    const index_t floats = rows.cols * index_t(sizeof(float));
-    if (rows.chunks == 1 && rows.cols > HostTraits::widened_block / 2 && floats <= HostTraits::stored_weights_bytes)
+    const index_t floats = weights_elements(rows.cols) * index_t(sizeof(float));
+    if (op == RowOp::softmax && rows.chunks == 1 && rows.cols > HostTraits::tile &&
+        floats <= HostTraits::buffered_weights_bytes)
       p.weights_bytes = std::size_t(floats);
     return p;
   }

@@ -1,0 +1,213 @@
+// 16-bit storage in the host kernels' vectors (kflash::bhalf_t and kflash::half_t by their bits,
+// as impl/half_types.hpp's Bfloat16 and Float16): loads widened to float (Operand) and float vectors
+// rounded back once, to nearest even (GUIDE §9). bf16 by integer shifts and the rounding's carry,
+// fp16 by the F16C / AVX-512 conversion instructions where the variant has them, else element by
+// element through kflash's own types, which the vector forms reproduce bit for bit.
+#pragma once
+
+#include "vector.hpp"
+
+#include <kflash/impl/half_types.hpp>
+#include <kflash/impl/host/host_kernels.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kflash::impl::host::internal {
+
+#ifdef KFLASH_IMPL_VECTOR_EXT
+/// A vector of VB bytes of 32-bit words, and the vector of its lanes' 16-bit halves.
+template <int VB>
+struct Words16 {
+  typedef std::uint16_t half __attribute__((vector_size(VB / 2)));
+  typedef std::uint32_t word __attribute__((vector_size(VB)));
+};
+#endif
+
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+// (The zero-masking forms: GCC 12 takes the plain ones' undefined source for an uninitialised read.)
+// (Results by reference: a vector returned by value would change the ABI where the caller's
+// instruction set lacks it, GCC warns.)
+__attribute__((target("avx512f"))) inline void widened_fp16_16(const std::uint16_t* x, __m512& y) {
+  y = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+__attribute__((target("avx512f"))) inline void narrow_fp16_16(const __m512& x, std::uint16_t* y) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y),
+                      _mm512_maskz_cvtps_ph(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+__attribute__((target("avx,f16c"))) inline void widened_fp16_8(const std::uint16_t* x, __m256& y) {
+  y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+__attribute__((target("avx,f16c"))) inline void narrow_fp16_8(const __m256& x, std::uint16_t* y) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// bf16 on AVX-512 by the instructions themselves (one zero extension, one truncation): GCC 12
+// lowers the vector-extension forms below to four instructions more each way.
+__attribute__((target("avx512f"))) inline void widened_bf16_16(const std::uint16_t* x, __m512& y) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  y = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16));
+}
+/// Bfloat16::from_float's steps on 16 lanes: x + 0x7FFF + (bit 16 of x), shifted down 16; NaN
+/// lanes keep their top half, quiet.
+__attribute__((target("avx512f"))) inline void narrow_bf16_16(const __m512& x, std::uint16_t* y) {
+  const __m512i u = _mm512_castps_si512(x), top = _mm512_maskz_srli_epi32(0xFFFF, u, 16);
+  const __m512i odd = _mm512_and_si512(top, _mm512_set1_epi32(1));
+  __m512i r =
+      _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), top, _mm512_set1_epi32(0x40));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_maskz_cvtepi32_epi16(0xFFFF, r));
+}
+#endif
+
+/// f(storage) with storage a null B* of `format`'s type (Bfloat16, Float16): the 16-bit kernels'
+/// one switch from the format to the type.
+template <class F>
+inline decltype(auto) with_storage(Storage16 format, const F& f) {
+  if (format == Storage16::bf16) return f(static_cast<Bfloat16*>(nullptr));
+  return f(static_cast<Float16*>(nullptr));
+}
+
+/// bfloat16 operands widened to float as they load: by integer shifts.
+template <int VB>
+struct Operand<float, VB, Bfloat16> {
+  static void load(typename Vec<float, VB>::type& v, const Bfloat16* p) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+    if constexpr (VB == 64) {
+      __m512 w;
+      widened_bf16_16(&p->bits, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    }
+#endif
+#ifdef KFLASH_IMPL_VECTOR_EXT
+    using Half = typename Words16<VB>::half;
+    using Word = typename Words16<VB>::word;
+    Half h;
+    __builtin_memcpy(&h, p, sizeof h);
+    const Word w = __builtin_convertvector(h, Word) << 16;
+    __builtin_memcpy(&v, &w, sizeof w);
+#else
+    float e[VB / 4];
+    for (int i = 0; i < VB / 4; ++i) e[i] = element(p[i]);
+    Vec<float, VB>::load(v, e);
+#endif
+  }
+  static float element(const Bfloat16& x) { return bits_float(std::uint32_t(x.bits) << 16); }
+};
+
+/// binary16 operands widened to float as they load: by the AVX-512 / F16C conversions where the
+/// variant has them, else element by element.
+template <int VB>
+struct Operand<float, VB, Float16> {
+  static void load(typename Vec<float, VB>::type& v, const Float16* p) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+    if constexpr (VB == 64) {
+      __m512 w;
+      widened_fp16_16(&p->bits, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 32) {
+      __m256 w;
+      widened_fp16_8(&p->bits, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    }
+#endif
+    float e[VB / 4];
+    for (int i = 0; i < VB / 4; ++i) e[i] = element(p[i]);
+    Vec<float, VB>::load(v, e);
+  }
+  static float element(const Float16& x) { return Float16::to_float(x.bits); }
+};
+
+/// y[0, n) = x[0, n) widened to float.
+template <int VB>
+void widen16(Storage16 f, const std::uint16_t* x, float* y, index_t n) {
+  const auto widen = [&](auto format) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(format)>>;
+    using Load = Operand<float, VB, B>;
+    const B* b = reinterpret_cast<const B*>(x);
+    constexpr index_t W = VB / 4;
+    index_t i = 0;
+    for (; i + W <= n; i += W) {
+      typename Vec<float, VB>::type v;
+      Load::load(v, b + i);
+      Vec<float, VB>::store(y + i, v);
+    }
+    for (; i < n; ++i) y[i] = Load::element(b[i]);
+  };
+  with_storage(f, widen);
+}
+
+/// The vector v rounded to B (Bfloat16, Float16) at y, to nearest even (NaN stays NaN, quiet, its
+/// sign kept): bf16 by integer lanes (Bfloat16::from_float's steps), fp16 by the AVX-512 / F16C
+/// conversions where the variant has them, else element by element.
+template <int VB>
+inline void narrow_vector(const typename Vec<float, VB>::type& v, Bfloat16* y) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+  if constexpr (VB == 64) {
+    __m512 x;
+    __builtin_memcpy(&x, &v, sizeof x);
+    narrow_bf16_16(x, &y->bits);
+    return;
+  }
+#endif
+#ifdef KFLASH_IMPL_VECTOR_EXT
+  using Half = typename Words16<VB>::half;
+  using Word = typename Words16<VB>::word;
+  Word u;
+  __builtin_memcpy(&u, &v, sizeof u);
+  const Word nan = (Word)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  const Word rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const Half h = __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), Half);
+  __builtin_memcpy(y, &h, sizeof h);
+#else
+  for (int l = 0; l < VB / 4; ++l) y[l].bits = Bfloat16::from_float(Vec<float, VB>::lane(v, l));
+#endif
+}
+template <int VB>
+inline void narrow_vector(const typename Vec<float, VB>::type& v, Float16* y) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+  if constexpr (VB == 64) {
+    __m512 x;
+    __builtin_memcpy(&x, &v, sizeof x);
+    narrow_fp16_16(x, &y->bits);
+    return;
+  } else if constexpr (VB == 32) {
+    __m256 x;
+    __builtin_memcpy(&x, &v, sizeof x);
+    narrow_fp16_8(x, &y->bits);
+    return;
+  }
+#endif
+  for (int l = 0; l < VB / 4; ++l) y[l].bits = Float16::from_float(Vec<float, VB>::lane(v, l));
+}
+
+/// The stores of a write pass into 16-bit outputs: each vector rounded once (narrow_vector).
+template <int VB>
+struct Narrowing {
+  template <class B>
+  static void store(B* p, const typename Vec<float, VB>::type& v) {
+    narrow_vector<VB>(v, p);
+  }
+};
+
+/// y[0, n) = x[0, n) rounded to nearest even (narrow_vector).
+template <int VB>
+void narrow16(Storage16 f, const float* x, std::uint16_t* y, index_t n) {
+  const auto narrow = [&](auto format) {
+    using B = std::remove_pointer_t<decltype(format)>;
+    B* b = reinterpret_cast<B*>(y);
+    constexpr index_t W = VB / 4;
+    index_t i = 0;
+    for (; i + W <= n; i += W) {
+      typename Vec<float, VB>::type v;
+      Vec<float, VB>::load(v, x + i);
+      narrow_vector<VB>(v, b + i);
+    }
+    for (; i < n; ++i) b[i].bits = B::from_float(x[i]);
+  };
+  with_storage(f, narrow);
+}
+
+}  // namespace kflash::impl::host::internal
