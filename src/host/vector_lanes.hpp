@@ -13,11 +13,13 @@
 
 namespace kflash::impl::host::internal {
 
-/// Element access to a row stored as B, read as T (Operand: 16-bit B widened to float).
+/// Element access to a row stored as B, read as T (16-bit B widened to float by its conversion,
+/// Operand::element's value; callable where the tile templates are device functions too, as in
+/// builds through nvcc).
 template <class T, class B>
 struct Widened {
   const B* p;
-  T operator()(index_t i) const { return Operand<T, int(sizeof(T)), B>::element(p[i]); }
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return T(p[i]); }
 };
 /// The accessor of a row stored as B: Load<T> itself where B is T.
 template <class T, class B>
