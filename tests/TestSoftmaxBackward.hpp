@@ -5,6 +5,8 @@
 
 #include <GradsCommon.hpp>
 
+#include <cstring>
+
 namespace kflash_test {
 
 using Exec = TEST_EXECSPACE;
@@ -169,6 +171,40 @@ TYPED_TEST(SoftmaxBackwardTest, HostStreamedWritesMatchPlainOnes) {
       EXPECT_EQ(plain, streamed) << "op " << int(op) << ", dx offset " << offset;
       EXPECT_EQ(plain[offset + n], T(7)) << "written past the end";
     }
+  }
+}
+
+TYPED_TEST(SoftmaxBackwardTest, LongRowsGiveTheSameBitsAloneOrInABatch) {
+  // Batch invariance: a row longer than HostTraits::min_chunk is summed by chunks of that length
+  // merged in order, however the rows are shared among the threads (one row split over all of
+  // them, or rows enough for each thread): the same bits alone or beside other rows, and within
+  // the reference's tolerance.
+  using T = TypeParam;
+  if (!kflash::impl::ScheduleTraits<Exec>::host_kernels) GTEST_SKIP() << "no host kernels on this execution space";
+  const std::size_t cols = 2 * std::size_t(kflash::impl::HostTraits::min_chunk) + 4465;  // 3 chunks
+  const std::size_t many = 4 * std::size_t(Exec().concurrency()) + 1;  // rows for every thread
+  const std::vector<T> dy_row = normal_values<T>(cols, 771);
+  for (bool log_space : {false, true}) {
+    const std::vector<T> y_row = forward_rows<T>(1, cols, log_space, 772);
+    std::vector<T> y_host, dy_host;
+    for (std::size_t r = 0; r < many; ++r) {
+      y_host.insert(y_host.end(), y_row.begin(), y_row.end());
+      dy_host.insert(dy_host.end(), dy_row.begin(), dy_row.end());
+    }
+    const auto run = [&](std::size_t rows) {
+      const auto y = make_matrix<T, Kokkos::LayoutRight, Exec>(rows, cols, y_host);
+      const auto dy = make_matrix<T, Kokkos::LayoutRight, Exec>(rows, cols, dy_host);
+      Kokkos::View<T**, Kokkos::LayoutRight, Mem> dx("dx", rows, cols);
+      if (log_space) kflash::log_softmax_backward(Exec(), y, dy, dx);
+      else kflash::softmax_backward(Exec(), y, dy, dx);
+      return to_host_row_major(dx);
+    };
+    const std::vector<T> alone = run(1), together = run(many);
+    const std::string what = log_space ? "log_softmax_backward" : "softmax_backward";
+    expect_grad_rows<T>(ref_rows(y_row, dy_row, cols, log_space), alone, cols, what + " of one long row");
+    for (std::size_t r = 0; r < many; ++r)
+      ASSERT_EQ(std::memcmp(alone.data(), together.data() + r * cols, cols * sizeof(T)), 0)
+          << what << ": row " << r << " of " << many << " differs from the same row alone";
   }
 }
 
