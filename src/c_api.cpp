@@ -12,7 +12,10 @@
 #include <stdexcept>
 #include <string>
 
-thread_local std::string kflash::c_interface::last_error;
+std::string& kflash::c_interface::last_error() {
+  thread_local std::string message;
+  return message;
+}
 
 namespace {
 
@@ -248,8 +251,8 @@ void merge_typed(const char* function, kflash_memory memory, const kflash_array*
 extern "C" {
 
 kflash_status kflash_initialize(void) {
-  std::string& last_error = kflash::c_interface::last_error;
-  last_error.clear();
+  using kflash::c_interface::last_error;
+  last_error().clear();
   try {
     if (!Kokkos::is_initialized()) {
       Kokkos::initialize();
@@ -257,25 +260,25 @@ kflash_status kflash_initialize(void) {
     }
     return KFLASH_SUCCESS;
   } catch (const std::exception& e) {
-    last_error = std::string("kflash_initialize: ") + e.what();
+    last_error() = std::string("kflash_initialize: ") + e.what();
     return KFLASH_ERROR_INTERNAL;
   }
 }
 
 kflash_status kflash_finalize(void) {
-  std::string& last_error = kflash::c_interface::last_error;
-  last_error.clear();
+  using kflash::c_interface::last_error;
+  last_error().clear();
   try {
     if (initialized_here && Kokkos::is_initialized()) Kokkos::finalize();
     initialized_here = false;
     return KFLASH_SUCCESS;
   } catch (const std::exception& e) {
-    last_error = std::string("kflash_finalize: ") + e.what();
+    last_error() = std::string("kflash_finalize: ") + e.what();
     return KFLASH_ERROR_INTERNAL;
   }
 }
 
-const char* kflash_last_error(void) { return kflash::c_interface::last_error.c_str(); }
+const char* kflash_last_error(void) { return kflash::c_interface::last_error().c_str(); }
 const char* kflash_version(void) { return KFLASH_VERSION_STRING; }
 const char* kflash_backends(void) { return KFLASH_BACKENDS; }
 int kflash_has_device(void) { return KFLASH_HAS_CUDA; }

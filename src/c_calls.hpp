@@ -12,8 +12,11 @@
 #include <string>
 
 namespace kflash::c_interface {
-/// The message of the thread's last failed call (kflash_last_error).
-extern thread_local std::string last_error;
+/// The message of the calling thread's last failed call (kflash_last_error). The thread-local
+/// string lives in c_api.cpp and every file reaches it through this function, called afresh where
+/// it is written: a reference held across a try block into another file's thread-local variable
+/// came out null in a catch block under ASan + UBSan (GCC 12).
+std::string& last_error();
 }  // namespace kflash::c_interface
 
 namespace {
@@ -28,24 +31,24 @@ inline std::string without_cpp_prefix(const std::string& message) {
 /// Runs f, turning what it throws into a status and the thread's message.
 template <class F>
 kflash_status guarded(const char* function, F&& f) {
-  std::string& last_error = kflash::c_interface::last_error;
-  last_error.clear();
+  using kflash::c_interface::last_error;
+  last_error().clear();
   try {
     if (!Kokkos::is_initialized())
       fail(KFLASH_ERROR_NOT_INITIALIZED, function, "Kokkos is not initialized (call kflash_initialize first)");
     f();
     return KFLASH_SUCCESS;
   } catch (const Failure& e) {
-    last_error = e.message;
+    last_error() = e.message;
     return e.status;
   } catch (const std::invalid_argument& e) {
-    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
+    last_error() = std::string(function) + ": " + without_cpp_prefix(e.what());
     return KFLASH_ERROR_INVALID_ARGUMENT;
   } catch (const std::exception& e) {
-    last_error = std::string(function) + ": " + without_cpp_prefix(e.what());
+    last_error() = std::string(function) + ": " + without_cpp_prefix(e.what());
     return KFLASH_ERROR_INTERNAL;
   } catch (...) {
-    last_error = std::string(function) + ": an unknown exception";
+    last_error() = std::string(function) + ": an unknown exception";
     return KFLASH_ERROR_INTERNAL;
   }
 }
