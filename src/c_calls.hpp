@@ -1,6 +1,8 @@
-// The C interface's call frame (src/c_api.cpp, src/c_cross_entropy.cpp): the per-thread message,
+// The C interface's call frame (src/c_api.cpp, c_attention.cpp, c_attention_backward.cpp,
+// c_cross_entropy.cpp: one file per group of calls, compiled in parallel): the per-thread message,
 // exceptions turned into status codes, the memory kind's execution space, the options structs read
-// by their struct_size, and the dispatch on an array's floating type.
+// by their struct_size and the attention options as the C++ calls take them, and the dispatch on an
+// array's floating type.
 #pragma once
 
 #include "c_arrays.hpp"
@@ -112,6 +114,34 @@ void on_float_type(const char* function, const char* name, const kflash_array* f
          describe(name, *first) + " must be float32, float64, bfloat16 or float16");
   }
   fail(KFLASH_ERROR_INVALID_ARGUMENT, function, describe(name, *first) + " must be float32 or float64");
+}
+
+/// The C attention options as kflash::AttentionOptions, their arrays as Views in Exec's memory.
+template <class Exec>
+kflash::AttentionOptions cxx_options(const char* function, const kflash_attention_options& c) {
+  kflash::AttentionOptions o;
+  o.scale = c.scale;
+  o.causal = c.causal != 0;
+  o.window_left = c.window_left, o.window_right = c.window_right;
+  o.softcap = c.softcap;
+  o.alibi_slopes = option_view<Exec>(function, "options->alibi_slopes", c.alibi_slopes);
+  o.sinks = option_view<Exec>(function, "options->sinks", c.sinks);
+  o.bias = option_view<Exec>(function, "options->bias", c.bias);
+  o.mask = option_view<Exec>(function, "options->mask", c.mask);
+  o.cu_seqlens_q = option_view<Exec>(function, "options->cu_seqlens_q", c.cu_seqlens_q);
+  o.cu_seqlens_k = option_view<Exec>(function, "options->cu_seqlens_k", c.cu_seqlens_k);
+  o.block_table = option_view<Exec>(function, "options->block_table", c.block_table);
+  o.cache_seqlens = option_view<Exec>(function, "options->cache_seqlens", c.cache_seqlens);
+  switch (c.schedule) {
+    case KFLASH_SCHEDULE_AUTOMATIC: o.schedule = kflash::AttentionSchedule::automatic; break;
+    case KFLASH_SCHEDULE_PREFILL: o.schedule = kflash::AttentionSchedule::prefill; break;
+    case KFLASH_SCHEDULE_SPLIT_KV: o.schedule = kflash::AttentionSchedule::split_kv; break;
+    default:
+      fail(KFLASH_ERROR_INVALID_ARGUMENT, function,
+           "options->schedule = " + std::to_string(int(c.schedule)) + " is not a kflash_schedule");
+  }
+  o.num_splits = c.num_splits;
+  return o;
 }
 
 }  // namespace
