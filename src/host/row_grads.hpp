@@ -51,14 +51,13 @@ inline void grad_chunk(RowOp op, const T* a, const T* b, T* dx, index_t n, T s) 
 }
 
 /// With `stream`, dx goes out through non-temporal stores: each group of `group` elements is
-/// computed into an aligned buffer by the plain loops, then streamed from it; a and b are prefetched
-/// `ahead` elements in front, since log_softmax's exp per element leaves too few loads in flight for
-/// the hardware's prefetchers alone to keep the memory busy.
+/// computed into an aligned buffer by the plain loops, then streamed from it, a and b prefetched
+/// `ahead` elements in front (log_softmax's exp per element).
 template <class T, int VB>
 void write_grad(RowOp op, const T* a, const T* b, T* dx, index_t n, T s, bool stream) {
   using S = Stream<T, VB>;
   using V = Vec<T, VB>;
-  constexpr index_t W = VB / index_t(sizeof(T)), group = 16 * W;
+  constexpr index_t W = VB / index_t(sizeof(T)), group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
   if (!stream || !S::available) {
     grad_chunk(op, a, b, dx, n, s);
     return;
@@ -68,13 +67,8 @@ void write_grad(RowOp op, const T* a, const T* b, T* dx, index_t n, T s, bool st
   grad_chunk(op, a, b, dx, j, s);
   alignas(VB) T out[group];
   typename V::type v;
-  constexpr index_t line = 64 / index_t(sizeof(T)), ahead = 4 * group;
   for (; j + group <= n; j += group) {
-    if (j + ahead + group <= n)
-      for (index_t l = 0; l < group; l += line) {
-        __builtin_prefetch(a + j + ahead + l, 0, 3);
-        __builtin_prefetch(b + j + ahead + l, 0, 3);
-      }
+    if (j + ahead + group <= n) prefetch_lines(a + j + ahead, group), prefetch_lines(b + j + ahead, group);
     grad_chunk(op, a + j, b + j, out, group, s);
     for (index_t l = 0; l < group; l += W) {
       V::load(v, out + l);

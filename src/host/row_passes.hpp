@@ -99,6 +99,11 @@ inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, boo
   if constexpr (std::is_same<Y, T>::value) {
     if (stream && S::available) {
       for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(In::element(x[i]));
+      constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
+      for (; i + ahead + group <= n; i += group) {
+        prefetch_lines(x + i + ahead, group);
+        write_vectors<T, VB, S>(x, y, i, i + group, f);
+      }
       i = write_vectors<T, VB, S>(x, y, i, n, f);
       if (fence) S::fence();
     } else {

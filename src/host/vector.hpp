@@ -235,4 +235,24 @@ KFLASH_IMPL_STREAM(double, 64, __attribute__((target("avx512f"))), _mm512_stream
 #undef KFLASH_IMPL_STREAM
 #endif
 
+/// Asks for the cache lines of p[0, n), one prefetch per 64-byte line: for write passes whose
+/// arithmetic per element (an exp) leaves too few loads in flight for the hardware's prefetchers to
+/// keep the memory busy.
+template <class T>
+inline void prefetch_lines(const T* p, index_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+  constexpr index_t line = 64 / index_t(sizeof(T));
+  for (index_t i = 0; i < n; i += line) __builtin_prefetch(p + i);
+#else
+  (void)p, (void)n;
+#endif
+}
+
+/// The elements a streaming write pass computes between two prefetches, and how far ahead those
+/// reach (4 KiB of fp32 with AVX-512): measured on Intel Xeon (AVX-512), see row_grads.hpp's use.
+template <class T, int VB>
+struct StreamAhead {
+  static constexpr index_t group = 16 * (VB / index_t(sizeof(T))), ahead = 4 * group;
+};
+
 }  // namespace kflash::impl::host::internal
