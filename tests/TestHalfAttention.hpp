@@ -89,10 +89,21 @@ void widened_into(const F& f, const V& h) {
   Kokkos::fence();
 }
 
-/// Runs kflash::attention on q, k, v and o stored in H (in the float Views' layout, or LayoutLeft
-/// with `left`), lse and the options in float; o's 16-bit result comes back widened into o.
-template <class H, bool left = false>
+/// kflash::attention on TEST_EXECSPACE.
+struct CallAttention {
+  template <class Q, class K, class V, class O, class L>
+  void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
+                  const L& lse) const {
+    kflash::attention(AExec(), q, k, v, o, opt, lse);
+  }
+};
+
+/// Runs `call` (kflash::attention, or a schedule the test names) on q, k, v and o stored in H (in
+/// the float Views' layout, or LayoutLeft with `left`), lse and the options in float; o's 16-bit
+/// result comes back widened into o.
+template <class H, bool left = false, class Call = CallAttention>
 struct StoredAs16 {
+  Call call{};
   template <class Q, class K, class V, class O, class L>
   void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
                   const L& lse) const {
@@ -102,7 +113,7 @@ struct StoredAs16 {
       return stored16<H, Layout>(f);
     };
     const auto o16 = store(o);
-    kflash::attention(AExec(), store(q), store(k), store(v), o16, opt, lse);
+    call(store(q), store(k), store(v), o16, opt, lse);
     widened_into(o, o16);
   }
 };
@@ -176,6 +187,36 @@ void half_attention_cases() {
   }
 }
 
+/// The team schedule (the device schedule) of Shape, whose tiles hold float, on 16-bit q, k, v, o:
+/// K/V staged widened, by 16-byte chunks of 8 elements where the rows allow (D, Dv multiples of 8)
+/// and element by element where not, on blocks and tiles not filled, GQA, causal rows that see no
+/// key, split K/V.
+template <class H, class Shape>
+void half_team_schedule_cases() {
+  const Storage16Scope scope(rounding16<H>());
+  const std::string name = std::string(name16<H>()) + " team schedule " + std::to_string(Shape::BQ) + "x" +
+                           std::to_string(Shape::BK) + " Dv " + std::to_string(Shape::DV);
+  const StoredAs16<H, false, TeamScheduleAttention<Shape>> team{};
+  constexpr std::size_t d = Shape::DV;
+  unsigned seed = 120;
+  for (AttnShape s :
+       {AttnShape{1, 2, 1, 19, 45, d, d}, AttnShape{2, 6, 2, 13, 70, 3, 5}, AttnShape{1, 4, 2, 8, 40, d, d / 2},
+        AttnShape{1, 2, 2, 8, 8, 40, d}, AttnShape{1, 8, 1, 1, 77, d, d}}) {
+    run_attention<float>(rounded16<H>(make_attn_data<float>(s, seed++)), {}, false, name, team);
+    if (::testing::Test::HasFailure()) return;
+  }
+  kflash::AttentionOptions opt;
+  opt.causal = true;
+  for (AttnShape s : {AttnShape{1, 2, 1, 33, 33, 8, 8, true}, AttnShape{1, 2, 1, 30, 11, d, d, true}}) {
+    run_attention<float>(rounded16<H>(make_attn_data<float>(s, seed++)), opt, true, name + " causal", team);
+    if (::testing::Test::HasFailure()) return;
+  }
+  opt.schedule = kflash::AttentionSchedule::split_kv;
+  opt.num_splits = 3;
+  run_attention<float>(rounded16<H>(make_attn_data<float>({1, 2, 1, 5, 61, d, d, true}, seed++)), opt, false,
+                       name + " split_kv", team);
+}
+
 /// merge_attention of 16-bit parts (lse float): attention over three key ranges into 16-bit parts,
 /// merged into a 16-bit o, against the reference over all keys. Each part is rounded once, and the
 /// merge once more: the bound is the rounding of the largest part and of the result, plus float's.
@@ -225,6 +266,33 @@ TEST(TEST_CATEGORY, HalfAttention) {
   half_attention_cases<kflash::bhalf_t>();
   if (::testing::Test::HasFailure()) return;
   half_attention_cases<kflash::half_t>();
+}
+
+TEST(TEST_CATEGORY, HalfAttentionTeamSchedule) {
+  // The device schedule on 16-bit storage: on host teams through a small shape (every backend),
+  // and through the traits' own shapes where this space has no host kernels, whose plan picks them.
+  using Traits = kflash::impl::ScheduleTraits<AExec>;
+  with_small_team_shape<float>([](auto shape) {
+    using Shape = std::remove_pointer_t<decltype(shape)>;
+    half_team_schedule_cases<kflash::bhalf_t, Shape>();
+    if (::testing::Test::HasFailure()) return;
+    half_team_schedule_cases<kflash::half_t, Shape>();
+  });
+  if constexpr (!Traits::host_kernels) {
+    kflash::impl::AttentionPlan p;
+    p.B = 1, p.Hq = 4, p.Hk = 2, p.Nq = 40, p.Nk = 300, p.D = p.Dv = Traits::team_dv_small;
+    EXPECT_EQ((kflash::impl::plan_attention<kflash::bhalf_t, Traits>(AExec(), p).team_dv), Traits::team_dv_small);
+    p.Dv = Traits::team_dv_large;
+    EXPECT_EQ((kflash::impl::plan_attention<kflash::half_t, Traits>(AExec(), p).team_dv), Traits::team_dv_large);
+    half_team_schedule_cases<kflash::bhalf_t,
+                             typename Traits::template team_shape<float, Traits::team_dv_small, false>>();
+    half_team_schedule_cases<kflash::bhalf_t,
+                             typename Traits::template team_shape<float, Traits::team_dv_large, true>>();
+    half_team_schedule_cases<kflash::half_t,
+                             typename Traits::template team_shape<float, Traits::team_dv_large, false>>();
+    half_team_schedule_cases<kflash::half_t,
+                             typename Traits::template team_shape<float, Traits::team_dv_small, true>>();
+  }
 }
 
 TEST(TEST_CATEGORY, HalfAttentionMerge) {

@@ -78,14 +78,15 @@ AttentionPlan with_shape(AttentionPlan p) {
   return p;
 }
 
-/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones). T:
-/// the storage type; 16-bit storage takes the per-row schedules (the team shapes stage float or
-/// double chunks).
-template <class T, class Traits, class F>
+/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones). S:
+/// the storage type; the shape is that of the arithmetic type (16-bit storage: float's, its tiles
+/// staged widened).
+template <class S, class Traits, class F>
 void with_team_shape(const AttentionPlan& p, F&& f) {
-  if constexpr (Traits::host_kernels || is_half_type<T>) {
+  if constexpr (Traits::host_kernels) {
     f(static_cast<void*>(nullptr));
   } else {
+    using T = arith_t<S>;
     constexpr int small = Traits::team_dv_small, large = Traits::team_dv_large;
     using Small = typename Traits::template team_shape<T, small, false>;
     using SmallNarrow = typename Traits::template team_shape<T, small, true>;
@@ -104,7 +105,7 @@ void with_team_shape(const AttentionPlan& p, F&& f) {
 /// most 8 query rows), block shape and key splits.
 template <class T, class Traits, class ExecSpace>
 AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
-  if constexpr (!Traits::host_kernels && !is_half_type<T>) {
+  if constexpr (!Traits::host_kernels) {
     p.team_dv = p.Dv <= Traits::team_dv_small ? Traits::team_dv_small
                                                : p.Dv <= Traits::team_dv_large ? Traits::team_dv_large : 0;
   }

@@ -1,6 +1,6 @@
 // Attention's team schedule for devices: a team owns a block of query rows, each K/V tile is
-// staged once per team in scratch memory, and every thread keeps a register block of the tile's
-// scores S and of the running output O.
+// staged once per team in scratch memory (widened to float from 16-bit storage), and every thread
+// keeps a register block of the tile's scores S and of the running output O.
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
@@ -64,8 +64,9 @@ struct TeamAttentionScratch {
 template <class ExecSpace, class Shape, class Stage, class QV, class KV, class VV, class OV, class LV, bool Partial>
 struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial> {
   using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
-  using typename Base::T, typename Base::member_type, typename Base::Tile, typename Base::States;
-  static_assert(std::is_same<typename Shape::value_type, T>::value, "kflash: shape and views disagree on T");
+  using typename Base::S, typename Base::T, typename Base::member_type, typename Base::Tile, typename Base::States;
+  static_assert(std::is_same<typename Shape::value_type, T>::value,
+                "kflash: the shape is not of the views' arithmetic type");
 
   using Scratch = TeamAttentionScratch<ExecSpace, Shape>;
 
@@ -73,6 +74,9 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   static constexpr int RG = Shape::RG, KG = Shape::KG, TNO = Shape::TNO, DV = Shape::DV;
   static constexpr int W = Chunk<T>::n, QO = TNO / W;
   static_assert(TNO % W == 0 && BK % W == 0, "kflash: a team attention shape's output block and tile must be whole chunks");
+  /// Elements of a stored chunk (16 bytes of S), and the chunks of T they widen to in scratch.
+  static constexpr int WS = Chunk<S>::n, widened_chunks = WS / W;
+  static_assert(WS % W == 0 && DV % WS == 0, "kflash: a stored chunk must widen to whole chunks of the tile");
 
   static std::size_t scratch_bytes(const AttentionPlan& p) { return Scratch::bytes(p.D); }
 
@@ -85,42 +89,52 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// the tiles are then staged chunk by chunk.
   bool chunked_kv = false;
 
-  /// One tile's K and V chunks as a thread holds them between their loads and their stores: the
-  /// thread's items are rank, rank + team_size, ... of the tile's BK * DV / W chunks of each (K's
-  /// rows have D <= DV elements, the rest of the items unused).
-  static constexpr int tile_chunks = BK * (DV / W);
+  /// One tile's K and V chunks as a thread holds them between their loads and their stores, as
+  /// stored (16-bit storage: half the registers of float's): the thread's items are rank,
+  /// rank + team_size, ... of the tile's BK * DV / WS chunks of each (K's rows have D <= DV
+  /// elements, the rest of the items unused).
+  static constexpr int tile_chunks = BK * (DV / WS);
   static constexpr int chunks_per_thread = (tile_chunks + Shape::team_size - 1) / Shape::team_size;
   struct TileChunks {
-    Chunk<T> k[chunks_per_thread], v[chunks_per_thread];
+    Chunk<S> k[chunks_per_thread], v[chunks_per_thread];
   };
   /// Whether the tiles are prefetched: loaded into registers (TileChunks) while the team computes
   /// the tile before, so that their loads overlap its products. Chunked K/V rows of D <= DV.
   KOKKOS_INLINE_FUNCTION bool prefetched() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
 
-  /// Loads the tile of nk keys from t0 into c: K's chunk i is key i / (D / W), V's key i / (DV / W);
-  /// zero past the tile's keys and past Dv. Consecutive threads read consecutive chunks of a row.
+  /// Loads the tile of nk keys from t0 into c: K's chunk i is key i / (D / WS), V's key
+  /// i / (DV / WS); zero past the tile's keys and past Dv. Consecutive threads read consecutive
+  /// chunks of a row.
   KOKKOS_INLINE_FUNCTION void load_tile(const member_type& team, const typename Base::Block& w, index_t t0, int nk,
                                         TileChunks& c) const {
-    constexpr int vchunks = DV / W;
-    const int kchunks = int(this->p.D) / W, Dv = int(this->p.Dv);
+    constexpr int vchunks = DV / WS;
+    const int kchunks = int(this->p.D) / WS, Dv = int(this->p.Dv);
     KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
       const int i = team.team_rank() + u * team.team_size();
-      const int jk = i / kchunks, jv = i / vchunks, cv = (i - jv * vchunks) * W;
-      c.k[u] = jk < nk ? load_chunk(&this->k(w.b, w.hk, t0 + jk, (i - jk * kchunks) * W)) : Chunk<T>{};
-      c.v[u] = jv < nk && cv < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + jv, cv)) : Chunk<T>{};
+      const int jk = i / kchunks, jv = i / vchunks, cv = (i - jv * vchunks) * WS;
+      c.k[u] = jk < nk ? load_chunk(&this->k(w.b, w.hk, t0 + jk, (i - jk * kchunks) * WS)) : Chunk<S>{};
+      c.v[u] = jv < nk && cv < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + jv, cv)) : Chunk<S>{};
     }
   }
-  /// Stores the chunks load_tile gave c: K, ks(j, d); V, vs(j, c). (D is whole chunks here.)
+  /// Stores stored chunk c widened at to: its widened_chunks chunks of T side by side.
+  KOKKOS_INLINE_FUNCTION static void store_widened(T* to, const Chunk<S>& c) {
+    KFLASH_IMPL_UNROLL for (int h = 0; h < widened_chunks; ++h) {
+      Chunk<T> x;
+      KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) x.x[e] = widen(c.x[h * W + e]);
+      store_chunk(to + h * W, x);
+    }
+  }
+  /// Stores the chunks load_tile gave c: K, ks(j, d); V, vs(j, c). (D is whole stored chunks here.)
   KOKKOS_INLINE_FUNCTION void store_tile(const member_type& team, const TileChunks& c, const Tile& ks,
                                          const Tile& vs) const {
-    constexpr int vchunks = DV / W;
-    const int kchunks = int(this->p.D) / W;
+    constexpr int vchunks = DV / WS;
+    const int kchunks = int(this->p.D) / WS;
     KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
       const int i = team.team_rank() + u * team.team_size();
       if (i >= tile_chunks) break;
       const int jk = i / kchunks, jv = i / vchunks;
-      if (jk < BK) store_chunk(&ks(jk, (i - jk * kchunks) * W), c.k[u]);
-      store_chunk(&vs(jv, (i - jv * vchunks) * W), c.v[u]);
+      if (jk < BK) store_widened(&ks(jk, (i - jk * kchunks) * WS), c.k[u]);
+      store_widened(&vs(jv, (i - jv * vchunks) * WS), c.v[u]);
     }
   }
   /// The tile of nk keys from t0 into scratch, element by element (rows not in chunks, or D > DV):
@@ -131,11 +145,11 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const int D = int(this->p.D), Dp = int(Scratch::padded(D)), Dv = int(this->p.Dv);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * Dp), [&](int idx) {
       const int j = idx / Dp, d = idx - j * Dp;
-      ks(j, d) = j < nk && d < D ? this->k(w.b, w.hk, t0 + j, d) : T(0);
+      ks(j, d) = j < nk && d < D ? widen(this->k(w.b, w.hk, t0 + j, d)) : T(0);
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](int idx) {
       const int j = idx / DV, c = idx - j * DV;
-      vs(j, c) = j < nk && c < Dv ? this->v(w.b, w.hk, t0 + j, c) : T(0);
+      vs(j, c) = j < nk && c < Dv ? widen(this->v(w.b, w.hk, t0 + j, c)) : T(0);
     });
   }
 
@@ -172,7 +186,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       T x = T(0);
       if (r < w.nrows && d < D) {
         const auto row = this->row_of(w, w.rho0 + r);
-        x = this->q(w.b, row.h, row.i, d) * this->scale;
+        x = widen(this->q(w.b, row.h, row.i, d)) * this->scale;
       }
       qs(r, d) = x;
     });
@@ -301,7 +315,7 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         KFLASH_IMPL_UNROLL for (int q = 0; q < QO; ++q)
           KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) {
             const int c = out_column(id, q) + e;
-            if (c < Dv) this->out(w, row, c) = o[bb][a][q * W + e] * factor;
+            if (c < Dv) this->out(w, row, c) = store_as<typename Base::Out>(o[bb][a][q * W + e] * factor);
           }
         if (id % KG == 0) this->store_lse(w, row, state);
       }
