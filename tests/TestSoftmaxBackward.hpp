@@ -151,6 +151,32 @@ TYPED_TEST(SoftmaxBackwardTest, SpecialValues) {
   for (std::size_t i = 10; i < 15; ++i) EXPECT_TRUE(std::isnan(got[i])) << "logsumexp_backward NaN row, element " << i;
 }
 
+TYPED_TEST(SoftmaxBackwardTest, LogsumexpBelowTheRowMaximum) {
+  // An lse below some of its row's x (not logsumexp's own): dx = dlse · exp(x − lse) grows past
+  // dlse up to exp's overflow (fp32: exp(88) is finite, exp(99.75) is not), and underflows to 0
+  // (fp32: exp(-200.25)), against long double. x and lse are multiples of 1/8: x − lse is exact.
+  using T = TypeParam;
+  const std::size_t cols = 37, rows = 2;
+  std::vector<T> x(rows * cols);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = T(int(i % 41) - 20) / T(8);
+  x[3] = T(88.25), x[5] = T(100), x[7] = T(-200), x[cols + 1] = T(600.25), x[cols + 30] = T(-1.5);
+  const std::vector<T> lse_host = {T(0.25), T(-1.5)}, dlse_host = {T(-2), T(0.5)};
+  const auto xv = make_matrix<T, Kokkos::LayoutRight, Exec>(rows, cols, x);
+  Kokkos::View<T**, Kokkos::LayoutRight, Mem> dx("dx", rows, cols);
+  kflash::logsumexp_backward(Exec(), xv, make_vector<T, Exec>(lse_host), make_vector<T, Exec>(dlse_host), dx);
+  const auto got = to_host_row_major(dx);
+  const ld tol = 16 * ld(std::numeric_limits<T>::epsilon());  // exp within a few ulp, squared above dlse
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t r = i / cols;
+    const T want = T(ld(dlse_host[r]) * std::exp(ld(x[i]) - ld(lse_host[r])));
+    if (std::isinf(want)) {
+      EXPECT_EQ(got[i], want) << "element " << i << ": x = " << x[i];
+    } else {
+      EXPECT_LE(std::fabs(ld(got[i]) - ld(want)), tol * std::fabs(ld(want))) << "element " << i << ": x = " << x[i];
+    }
+  }
+}
+
 TYPED_TEST(SoftmaxBackwardTest, HostStreamedWritesMatchPlainOnes) {
   // The host kernels write the gradients of outputs of HostTraits::stream_bytes and more through
   // non-temporal stores, from an aligned buffer: the same bits as the plain writes, from any

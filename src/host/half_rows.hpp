@@ -65,6 +65,15 @@ void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, i
   });
 }
 
+/// write_lse_grad over a 16-bit chunk (dx may be x).
+template <int VB>
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse) {
+  with_storage(f, [&](auto* storage) {
+    using B = std::remove_pointer_t<decltype(storage)>;
+    write_lse_grad<float, VB>(reinterpret_cast<const B*>(x), reinterpret_cast<B*>(dx), n, lse, dlse, false);
+  });
+}
+
 /// Whole 16-bit rows (RowBlock16).
 template <int VB>
 void run_rows16(const RowBlock16& b) {

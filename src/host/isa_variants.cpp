@@ -47,6 +47,13 @@ namespace kflash::impl::host {
                                    double offset) {                                                           \
     internal::write_scaled_exp<double, vector_bytes>(x, y, n, shift, scale, offset);                          \
   }                                                                                                           \
+  attributes void write_lse_grad(const float* x, float* dx, index_t n, float lse, float dlse, bool stream) {  \
+    internal::write_lse_grad<float, vector_bytes>(x, dx, n, lse, dlse, stream);                               \
+  }                                                                                                           \
+  attributes void write_lse_grad(const double* x, double* dx, index_t n, double lse, double dlse,             \
+                                 bool stream) {                                                               \
+    internal::write_lse_grad<double, vector_bytes>(x, dx, n, lse, dlse, stream);                              \
+  }                                                                                                           \
   attributes void run_rows(const RowBlock<float>& b) { internal::run_rows<float, vector_bytes>(b); }          \
   attributes SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n) {              \
     return internal::grad_sum<float, vector_bytes>(op, a, b, n);                                              \
@@ -84,6 +91,10 @@ namespace kflash::impl::host {
   attributes void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b,         \
                                std::uint16_t* dx, index_t n, float s) {                                       \
     internal::write_grad16<vector_bytes>(f, op, a, b, dx, n, s);                                              \
+  }                                                                                                           \
+  attributes void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n,         \
+                                   float lse, float dlse) {                                                   \
+    internal::write_lse_grad16<vector_bytes>(f, x, dx, n, lse, dlse);                                         \
   }                                                                                                           \
   attributes void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n,       \
                                      float shift, float scale, float offset) {                                \
@@ -227,6 +238,12 @@ void write_scaled_exp(const float* x, float* y, index_t n, float shift, float sc
 void write_scaled_exp(const double* x, double* y, index_t n, double shift, double scale, double offset) {
   KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp(x, y, n, shift, scale, offset))
 }
+void write_lse_grad(const float* x, float* dx, index_t n, float lse, float dlse, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_lse_grad(x, dx, n, lse, dlse, stream))
+}
+void write_lse_grad(const double* x, double* dx, index_t n, double lse, double dlse, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_lse_grad(x, dx, n, lse, dlse, stream))
+}
 void run_rows(const RowBlock<float>& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows(block)) }
 SoftmaxState<float> grad_sum(RowOp op, const float* a, const float* b, index_t n) {
   KFLASH_IMPL_DISPATCH(isa(), grad_sum(op, a, b, n))
@@ -261,6 +278,9 @@ SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, co
 void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
                   float s) {
   KFLASH_IMPL_DISPATCH(isa(), write_grad16(f, op, a, b, dx, n, s))
+}
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse) {
+  KFLASH_IMPL_DISPATCH(isa(), write_lse_grad16(f, x, dx, n, lse, dlse))
 }
 void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n, float shift, float scale,
                         float offset) {

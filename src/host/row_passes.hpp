@@ -37,6 +37,20 @@ struct ScaledExpOf {  // cross-entropy's gradient: scale exp(v - shift) - offset
   T operator()(T v) const { return scale * exp_nonpositive(v - shift) - offset; }
 };
 
+template <class T>
+struct LseGradOf {  // logsumexp's gradient: scale exp(v - shift), for v - shift of either sign
+  T shift, scale;
+  T operator()(T v) const {
+    // d > 0 (an lse below the row's maximum): exp(d) = (1 / exp(-d/2))^2, exp(-d/2) a normal number
+    // wherever exp(d) is finite. NaN stays NaN, +inf gives inf.
+    const T d = v - shift;
+    const bool up = d > T(0);
+    const T e = exp_nonpositive(up ? T(-0.5) * d : d);
+    const T r = T(1) / e;
+    return scale * (up ? r * r : e);
+  }
+};
+
 /// w[l] = f(v[l]), l in [0, N): a vector's lanes.
 template <class T, int VB, int N, class F>
 inline void apply_lanes(const F& f, const T* v, T* w) {
@@ -248,6 +262,11 @@ void write_row(RowOp op, const B* x, B* y, index_t n, const SoftmaxNormalizer<T>
 template <class T, int VB, class B = T>
 void write_scaled_exp(const B* x, B* y, index_t n, T shift, T scale, T offset) {
   write_pass<T, VB>(x, y, n, ScaledExpOf<T>{shift, scale, offset}, false);
+}
+
+template <class T, int VB, class B = T>
+void write_lse_grad(const B* x, B* dx, index_t n, T lse, T dlse, bool stream) {
+  write_pass<T, VB>(x, dx, n, LseGradOf<T>{lse, dlse}, stream);
 }
 
 /// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their

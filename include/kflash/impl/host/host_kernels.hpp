@@ -157,6 +157,17 @@ struct RowBlock {
 void run_rows(const RowBlock<float>& block);
 void run_rows(const RowBlock<double>& block);
 
+/// dx[0, n) = dlse * exp(x - lse) for a chunk x[0, n) of a row whose lse is finite (logsumexp's
+/// gradient; x - lse of either sign), with `stream` through non-temporal stores. dx may be x.
+void write_lse_grad(const float* x, float* dx, index_t n, float lse, float dlse, bool stream);
+void write_lse_grad(const double* x, double* dx, index_t n, double lse, double dlse, bool stream);
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse);
+template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
+void write_lse_grad(const H* x, H* dx, index_t n, float lse, float dlse, bool /*stream*/) {
+  write_lse_grad16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(dx), n,
+                   lse, dlse);
+}
+
 /// The gradients of softmax (op softmax: a = y, b = dy) and log_softmax (log_softmax: a = y, b = dy)
 /// on a contiguous chunk [0, n) of a row: grad_sum gives its Σ b·a (softmax) or Σ b (log_softmax)
 /// by tiles of HostTraits::tile, each summed over vector lanes, the tiles' sums compensated (a

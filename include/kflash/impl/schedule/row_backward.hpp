@@ -1,5 +1,5 @@
 // The gradients of the row operations (GUIDE §8), the portable schedule (host spaces take
-// host/host_row_backward.hpp for contiguous rows of softmax and log_softmax): a team per
+// host/host_row_backward.hpp for contiguous rows): a team per
 // row reduces the row's sum across its threads (Σ dy·y for softmax, Σ dy for log_softmax: each tile
 // of Traits::tile elements summed plainly over the lanes Traits::tile_lanes names, the tiles' sums
 // compensated and merged in a fixed order), then writes dx; logsumexp's gradient needs no sum.
@@ -20,6 +20,14 @@ struct NoRowScalars {};
 template <class T>
 KOKKOS_INLINE_FUNCTION T compensated_value(const SoftmaxState<T>& sum) {
   return sum.sum - sum.sum == T(0) ? sum.total() : sum.sum;
+}
+
+/// logsumexp's gradient of one element: dlse · exp(x − lse), weighing 0 where x = lse = −inf and 1
+/// where x = lse = +inf (the infinities' difference is NaN), as the forward's weights do; NaN in x
+/// or lse never compares equal and gives NaN.
+template <class T>
+KOKKOS_INLINE_FUNCTION T lse_grad_element(T x, T lse, T dlse) {
+  return dlse * (x == lse ? T(lse != -infinity<T>()) : exp(x - lse));
 }
 
 /// Row r of dx from row r of a and b, given rows of rank 1 or 2 (Rows) and per-row scalars of rank
@@ -49,12 +57,8 @@ struct RowBackwardKernel {
     const index_t r = team.league_rank();
     if constexpr (Op == RowGrad::logsumexp) {
       const T m = widen(lse(r, 0)), g = widen(dlse(r, 0));
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols), [&](index_t c) {
-        const T x = widen(a(r, c));
-        // x == lse: weight 1, but 0 for a row of -inf (the infinities' difference is NaN); NaN in
-        // x or lse never compares equal and gives NaN.
-        dx(r, c) = store_as<S>(g * (x == m ? T(m != -infinity<T>()) : exp(x - m)));
-      });
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, cols),
+                           [&](index_t c) { dx(r, c) = store_as<S>(lse_grad_element(T(widen(a(r, c))), m, g)); });
     } else {
       // A SoftmaxState whose maximum stays -inf is a compensated sum; OnlineSoftmax merges such
       // sums exactly as the forward merges its sums of weights.

@@ -1,7 +1,6 @@
 // Picks the schedule of the row operations' gradients: on spaces whose traits have host kernels,
-// contiguous rows of softmax's and log_softmax's gradients take the host schedule
-// (host/host_row_backward.hpp); everything else the portable team-per-row schedule
-// (schedule/row_backward.hpp).
+// contiguous rows take the host schedule (host/host_row_backward.hpp); everything else the
+// portable team-per-row schedule (schedule/row_backward.hpp).
 #pragma once
 
 #include <kflash/impl/host/host_row_backward.hpp>
@@ -24,7 +23,12 @@ template <RowGrad Op, class ExecSpace, class ARows, class BRows, class DXRows, c
 void dispatch_row_backward(const ExecSpace& exec, const ARows& a, const BRows& b, const DXRows& dx, const Lse& lse,
                            const DLse& dlse) {
   const std::string label = std::string("kflash::") + row_grad_name(Op);
-  if constexpr (ScheduleTraits<ExecSpace>::host_kernels && Op != RowGrad::logsumexp) {
+  if constexpr (ScheduleTraits<ExecSpace>::host_kernels && Op == RowGrad::logsumexp) {
+    if (a.rows() > 0 && a.cols() > 0 && a.unit_stride() && dx.unit_stride()) {
+      host::run_host_lse_backward(exec, a, dx, lse, dlse, label.c_str());
+      return;
+    }
+  } else if constexpr (ScheduleTraits<ExecSpace>::host_kernels) {
     if (a.rows() > 0 && a.cols() > 0 && a.unit_stride() && b.unit_stride() && dx.unit_stride()) {
       host::run_host_row_backward<Op>(exec, a, b, dx, label.c_str());
       return;
