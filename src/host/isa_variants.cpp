@@ -152,6 +152,20 @@ __attribute__((target(KFLASH_IMPL_AVX512 ",avx512bf16,amx-tile,amx-bf16"), flatt
 
 namespace {
 
+#ifdef KFLASH_IMPL_X86_VARIANTS
+/// Whether the CPU's AVX512-BF16 dot products out-run its fp32 multiply-adds in attention. Not on
+/// Intel's cores: they issue vdpbf16ps on one port where they issue multiply-adds on two (the same
+/// flops a cycle), and the bf16 blocks add the rounding and pairing of P and V, so K/V widened into
+/// the fp32 products is faster (1.4-1.6x on a Xeon without AMX). AMD's Zen 4 issues vdpbf16ps at
+/// its multiply-add rate, with twice the flops.
+bool fast_bf16_dots() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool intel = ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;  // "GenuineIntel"
+  return !intel;
+}
+#endif
+
 Isa detect_isa() {
   Isa best = Isa::baseline;
 #ifdef KFLASH_IMPL_X86_VARIANTS
@@ -172,18 +186,24 @@ Isa detect_isa() {
     best = Isa::amx;
 #endif
 #endif
+  // The default: the best set, but avx512 where the bf16 dot products are the slower path (avx512bf16
+  // differs from avx512 only in them); KFLASH_HOST_ISA may still ask for any set the CPU supports.
+  Isa chosen = best;
+#ifdef KFLASH_IMPL_X86_VARIANTS
+  if (best == Isa::avx512bf16 && !fast_bf16_dots()) chosen = Isa::avx512;
+#endif
   const char* wanted = std::getenv("KFLASH_HOST_ISA");
-  if (wanted == nullptr || *wanted == '\0') return best;
+  if (wanted == nullptr || *wanted == '\0') return chosen;
   for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     if (std::strcmp(wanted, isa_name(candidate)) != 0) continue;
     if (int(candidate) <= int(best)) return candidate;
     std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not supported by this CPU or build; using %s\n", wanted,
-                 isa_name(best));
-    return best;
+                 isa_name(chosen));
+    return chosen;
   }
   std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512, avx512bf16, amx; using %s\n",
-               wanted, isa_name(best));
-  return best;
+               wanted, isa_name(chosen));
+  return chosen;
 }
 
 }  // namespace

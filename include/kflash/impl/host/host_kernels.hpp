@@ -19,9 +19,10 @@ namespace kflash::impl::host {
 /// the tile data).
 enum class Isa { baseline, avx2, avx512, avx512bf16, amx };
 
-/// The variant in use: the best the CPU supports, or a lower one named by the environment variable
-/// KFLASH_HOST_ISA (baseline, avx2, avx512, avx512bf16, amx), read once. Non-x86 builds and builds
-/// through nvcc have only the baseline.
+/// The variant in use: the best the CPU supports (avx512 rather than avx512bf16 on Intel CPUs
+/// without AMX, whose bf16 dot products are slower than attention's fp32 path), or one the CPU
+/// supports named by the environment variable KFLASH_HOST_ISA (baseline, avx2, avx512, avx512bf16,
+/// amx), read once. Non-x86 builds and builds through nvcc have only the baseline.
 Isa isa();
 const char* isa_name(Isa);
 
