@@ -268,31 +268,36 @@ TEST(TEST_CATEGORY, HalfAttention) {
   half_attention_cases<kflash::half_t>();
 }
 
+/// Where Space has no host kernels: the plan picks the traits' team shapes for 16-bit storage, and
+/// the cases above run through each of them. (A template, so that host traits, which have no team
+/// shapes, never instantiate the branch.)
+template <class Space>
+void half_traits_shape_cases() {
+  using Traits = kflash::impl::ScheduleTraits<Space>;
+  if constexpr (!Traits::host_kernels) {
+    constexpr int small = Traits::team_dv_small, large = Traits::team_dv_large;
+    kflash::impl::AttentionPlan p;
+    p.B = 1, p.Hq = 4, p.Hk = 2, p.Nq = 40, p.Nk = 300, p.D = p.Dv = small;
+    EXPECT_EQ((kflash::impl::plan_attention<kflash::bhalf_t, Traits>(Space(), p).team_dv), small);
+    p.Dv = large;
+    EXPECT_EQ((kflash::impl::plan_attention<kflash::half_t, Traits>(Space(), p).team_dv), large);
+    half_team_schedule_cases<kflash::bhalf_t, typename Traits::template team_shape<float, small, false>>();
+    half_team_schedule_cases<kflash::bhalf_t, typename Traits::template team_shape<float, large, true>>();
+    half_team_schedule_cases<kflash::half_t, typename Traits::template team_shape<float, large, false>>();
+    half_team_schedule_cases<kflash::half_t, typename Traits::template team_shape<float, small, true>>();
+  }
+}
+
 TEST(TEST_CATEGORY, HalfAttentionTeamSchedule) {
   // The device schedule on 16-bit storage: on host teams through a small shape (every backend),
-  // and through the traits' own shapes where this space has no host kernels, whose plan picks them.
-  using Traits = kflash::impl::ScheduleTraits<AExec>;
+  // and through the traits' own shapes where this space has no host kernels.
   with_small_team_shape<float>([](auto shape) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
     half_team_schedule_cases<kflash::bhalf_t, Shape>();
     if (::testing::Test::HasFailure()) return;
     half_team_schedule_cases<kflash::half_t, Shape>();
   });
-  if constexpr (!Traits::host_kernels) {
-    kflash::impl::AttentionPlan p;
-    p.B = 1, p.Hq = 4, p.Hk = 2, p.Nq = 40, p.Nk = 300, p.D = p.Dv = Traits::team_dv_small;
-    EXPECT_EQ((kflash::impl::plan_attention<kflash::bhalf_t, Traits>(AExec(), p).team_dv), Traits::team_dv_small);
-    p.Dv = Traits::team_dv_large;
-    EXPECT_EQ((kflash::impl::plan_attention<kflash::half_t, Traits>(AExec(), p).team_dv), Traits::team_dv_large);
-    half_team_schedule_cases<kflash::bhalf_t,
-                             typename Traits::template team_shape<float, Traits::team_dv_small, false>>();
-    half_team_schedule_cases<kflash::bhalf_t,
-                             typename Traits::template team_shape<float, Traits::team_dv_large, true>>();
-    half_team_schedule_cases<kflash::half_t,
-                             typename Traits::template team_shape<float, Traits::team_dv_large, false>>();
-    half_team_schedule_cases<kflash::half_t,
-                             typename Traits::template team_shape<float, Traits::team_dv_small, true>>();
-  }
+  half_traits_shape_cases<AExec>();
 }
 
 TEST(TEST_CATEGORY, HalfAttentionMerge) {
