@@ -10,13 +10,19 @@
 #include <string>
 #include <type_traits>
 
-namespace {
-
-/// Thrown by the checks below: the status and the message to leave.
+namespace kflash::c_interface {
+/// Thrown by the checks below: the status and the message to leave. One type in every file of the
+/// C interface (not file-local like the helpers below): a call's typed part, compiled in another
+/// file (c_attention_typed.hpp), throws what its entry point catches.
 struct Failure {
   kflash_status status;
   std::string message;
 };
+}  // namespace kflash::c_interface
+
+namespace {
+
+using kflash::c_interface::Failure;
 
 [[noreturn]] inline void fail(kflash_status status, const char* function, const std::string& what) {
   throw Failure{status, std::string(function) + ": " + what};
