@@ -7,7 +7,7 @@ namespace kflash {
 void print_configuration(std::ostream& os) {
   os << "kflash " << KFLASH_VERSION_STRING << " (configured with Kokkos " << KFLASH_KOKKOS_VERSION_STRING
      << ", backends: " << KFLASH_BACKENDS << "; host kernels: " << impl::host::isa_name(impl::host::isa())
-     << ")\n";
+     << (impl::host::bf16_rounding_instruction() ? ", bf16 rounded by vcvtneps2bf16" : "") << ")\n";
 }
 
 }  // namespace kflash

@@ -166,7 +166,13 @@ bool fast_bf16_dots() {
 }
 #endif
 
-Isa detect_isa() {
+/// The best set the CPU supports, the one in use, and whether KFLASH_HOST_ISA named it.
+struct Detected {
+  Isa best, chosen;
+  bool named;
+};
+
+Detected detect_isa() {
   Isa best = Isa::baseline;
 #ifdef KFLASH_IMPL_X86_VARIANTS
   __builtin_cpu_init();
@@ -193,24 +199,31 @@ Isa detect_isa() {
   if (best == Isa::avx512bf16 && !fast_bf16_dots()) chosen = Isa::avx512;
 #endif
   const char* wanted = std::getenv("KFLASH_HOST_ISA");
-  if (wanted == nullptr || *wanted == '\0') return chosen;
+  if (wanted == nullptr || *wanted == '\0') return {best, chosen, false};
   for (Isa candidate : {Isa::baseline, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     if (std::strcmp(wanted, isa_name(candidate)) != 0) continue;
-    if (int(candidate) <= int(best)) return candidate;
+    if (int(candidate) <= int(best)) return {best, candidate, true};
     std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not supported by this CPU or build; using %s\n", wanted,
                  isa_name(chosen));
-    return chosen;
+    return {best, chosen, false};
   }
   std::fprintf(stderr, "kflash: KFLASH_HOST_ISA=%s is not one of baseline, avx2, avx512, avx512bf16, amx; using %s\n",
                wanted, isa_name(chosen));
-  return chosen;
+  return {best, chosen, false};
+}
+
+const Detected& detected() {
+  static const Detected value = detect_isa();
+  return value;
 }
 
 }  // namespace
 
-Isa isa() {
-  static const Isa value = detect_isa();
-  return value;
+Isa isa() { return detected().chosen; }
+
+bool bf16_rounding_instruction() {
+  const Detected& d = detected();
+  return int(d.best) >= int(Isa::avx512bf16) && (!d.named || int(d.chosen) >= int(Isa::avx512bf16));
 }
 
 const char* isa_name(Isa i) {

@@ -26,6 +26,11 @@ enum class Isa { baseline, avx2, avx512, avx512bf16, amx };
 Isa isa();
 const char* isa_name(Isa);
 
+/// Whether the avx512 variant rounds float vectors to bf16 by AVX512-BF16's vcvtneps2bf16 (the same
+/// results as its integer steps): where the CPU has AVX512-BF16, unless KFLASH_HOST_ISA names a set
+/// below avx512bf16.
+bool bf16_rounding_instruction();
+
 /// Whether the variant in use has bf16 products (avx512bf16, amx): attention's bf16 blocks then take
 /// AttentionTile's pairs; the other variants are never given them.
 inline bool bf16_products() { return int(isa()) >= int(Isa::avx512bf16); }
