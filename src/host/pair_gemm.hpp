@@ -4,6 +4,8 @@
 //   b: K rows of N pairs (row stride ldb values): pair (k, n) is b's elements (2k, n) and (2k + 1, n)
 //      side by side, at values 2n, 2n + 1 of row k;
 //   c: M x N floats (row stride ldc).
+// Without accumulation c = scale (a b), each sum rounded once more by the scaling (the scores' scale,
+// applied as the block is stored rather than by another pass over c).
 // Every product of two bf16 values is exact in float; the sums are fp32. Two kinds of products:
 // AVX512-BF16 dot products (one instruction a vector of pairs) and AMX tiles (16 x 16 blocks of c,
 // 16 pairs deep, one instruction); the variants without either do not take pairs.
@@ -37,13 +39,16 @@ struct DotPairs {
   KFLASH_IMPL_BF16_TARGET static void dot(acc_type& acc, const pair& a, const operand& b) {
     acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
   }
+  KFLASH_IMPL_BF16_TARGET static acc_type scaled(const acc_type& acc, float scale) {
+    return _mm512_mul_ps(acc, _mm512_set1_ps(scale));
+  }
 };
 
-/// c (+)= a b for an R x (NV vectors) block of c, in the broadcast form: each pair k loads NV
-/// vectors of b's row k and broadcasts row r's pair k.
+/// c += a b, or c = scale (a b), for an R x (NV vectors) block of c, in the broadcast form: each
+/// pair k loads NV vectors of b's row k and broadcasts row r's pair k.
 template <class P, int R, int NV, bool Accumulate>
 inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                       index_t K) {
+                       index_t K, float scale) {
   constexpr int W = P::W;
   typename P::acc_type acc[R][NV];
   for (int r = 0; r < R; ++r)
@@ -64,22 +69,25 @@ inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t*
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NV; ++j) __builtin_memcpy(c + r * ldc + j * W, &acc[r][j], sizeof acc[r][j]);
+    for (int j = 0; j < NV; ++j) {
+      if (!Accumulate) acc[r][j] = P::scaled(acc[r][j], scale);
+      __builtin_memcpy(c + r * ldc + j * W, &acc[r][j], sizeof acc[r][j]);
+    }
 }
 
-/// c (+)= a b for M x N (N a multiple of NV vectors' columns), by blocks of R rows (the rows left one
-/// by one), with the products of P.
+/// c += a b, or c = scale (a b), for M x N (N a multiple of NV vectors' columns), by blocks of R rows
+/// (the rows left one by one), with the products of P.
 template <class P, int R, int NV, bool Accumulate>
 inline void pair_gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                      index_t M, index_t N, index_t K) {
+                      index_t M, index_t N, index_t K, float scale) {
   constexpr index_t C = NV * P::W;
   index_t i = 0;
   for (; i + R <= M; i += R)
     for (index_t j = 0; j < N; j += C)
-      pair_block<P, R, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K);
+      pair_block<P, R, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K, scale);
   for (; i < M; ++i)
     for (index_t j = 0; j < N; j += C)
-      pair_block<P, 1, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K);
+      pair_block<P, 1, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K, scale);
 }
 
 /// y[0, n) = x[0, n) rounded to bf16, to nearest even, by vcvtneps2bf16 (an AVX512-BF16
@@ -94,20 +102,20 @@ KFLASH_IMPL_BF16_TARGET inline void narrow_bf16(const float* x, std::uint16_t* y
   }
 }
 
-/// The register-block products: c (+)= a b (accumulate) with the broadcast blocks of P, 8 rows by 2
-/// vectors. Session: what a tile's products need around them (nothing here).
+/// The register-block products: c += a b (accumulate) or c = scale (a b) with the broadcast blocks of
+/// P, 8 rows by 2 vectors. Session: what a tile's products need around them (nothing here).
 template <class P>
 struct BlockPairs {
   struct Session {
     Session() {}  // user-provided: a Session is a scope, not an unused value
   };
   static void gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                   index_t M, index_t N, index_t K, bool accumulate) {
+                   index_t M, index_t N, index_t K, bool accumulate, float scale = 1.0f) {
     constexpr int R = HostTraits::gemm_rows<64>, NV = HostTraits::gemm_vectors;
     if (accumulate)
-      pair_gemm<P, R, NV, true>(a, lda, b, ldb, c, ldc, M, N, K);
+      pair_gemm<P, R, NV, true>(a, lda, b, ldb, c, ldc, M, N, K, scale);
     else
-      pair_gemm<P, R, NV, false>(a, lda, b, ldb, c, ldc, M, N, K);
+      pair_gemm<P, R, NV, false>(a, lda, b, ldb, c, ldc, M, N, K, scale);
   }
 };
 
@@ -136,7 +144,8 @@ struct AmxPairs {
     Session& operator=(const Session&) = delete;
   };
   KFLASH_IMPL_AMX_TARGET static void gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
-                                          float* c, index_t ldc, index_t M, index_t N, index_t K, bool accumulate) {
+                                          float* c, index_t ldc, index_t M, index_t N, index_t K, bool accumulate,
+                                          float scale = 1.0f) {
     const long sa = long(lda) * 2, sb = long(ldb) * 2, sc = long(ldc) * 4;
     alignas(64) static const float zeros[16 * 16] = {};
     for (index_t i = 0; i < M; i += 32) {
@@ -175,13 +184,17 @@ struct AmxPairs {
         if (two_rows && two_cols) _tile_stored(3, c10 + 16, sc);
       }
     }
+    if (!accumulate && scale != 1.0f)  // the tiles store unscaled sums: scaled here, c's rows in L1
+      for (index_t i = 0; i < M; ++i)
+        for (index_t j = 0; j < N; ++j) c[i * ldc + j] *= scale;
   }
 };
 #undef KFLASH_IMPL_AMX_TARGET
 
 /// An attention tile's products on bf16 pairs (AttentionTile's q16) with the products of P
 /// (BlockPairs<DotPairs>, AmxPairs), within a Session (P's) the caller holds around the tile:
-///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16;
+///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as P stores
+///           the products);
 ///   update: P = the weights left in s rounded to bf16 (zeros from key nk to the next step of
 ///           pair_keys), then o += P V.
 template <class P>
@@ -195,11 +208,7 @@ struct TilePairs {
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
 
   KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
-    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false);
-    for (index_t r = 0; r < t.rows; ++r) {
-      float* s = t.s + r * t.bk;
-      for (index_t j = 0; j < t.nk; ++j) s[j] *= t.score_scale;
-    }
+    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false, t.score_scale);
   }
 
   KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
