@@ -118,6 +118,8 @@ void attention_tile_steps(const AttentionTile<T>& t) {
       if (f[k].fa != T(1))
         for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
     }
+    if constexpr (takes_pairs)
+      if (t.q16 != nullptr) Pairs::weights(t, r0, g);
   }
   if (t.q16 != nullptr) {
     if constexpr (takes_pairs) Pairs::update(t);

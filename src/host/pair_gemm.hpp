@@ -195,8 +195,10 @@ struct AmxPairs {
 /// (BlockPairs<DotPairs>, AmxPairs), within a Session (P's) the caller holds around the tile:
 ///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as P stores
 ///           the products);
-///   update: P = the weights left in s rounded to bf16 (zeros from key nk to the next step of
-///           pair_keys), then o += P V.
+///   weights: P's rows [r0, r0 + g) = the weights left in s rounded to bf16 (zeros from key nk to
+///           the next step of pair_keys), called for each group of rows as its tile step ends
+///           (its weights still in L1);
+///   update: o += P V.
 template <class P>
 struct TilePairs {
   /// Keys of a tile's product in bf16 pairs are counted in steps of this many (AMX's depth: 16 pairs).
@@ -211,13 +213,19 @@ struct TilePairs {
     P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false, t.score_scale);
   }
 
-  KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
-    const index_t nk = (t.nk + pair_keys - 1) / pair_keys * pair_keys;
-    for (index_t r = 0; r < t.rows; ++r) {
+  static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
+
+  KFLASH_IMPL_BF16_TARGET static void weights(const AttentionTile<float>& t, index_t r0, index_t g) {
+    const index_t nk = keys_in_steps(t);
+    for (index_t r = r0; r < r0 + g; ++r) {
       std::uint16_t* p = t.p16 + r * t.bk;
       narrow_bf16(t.s + r * t.bk, p, t.nk);
       for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
     }
+  }
+
+  KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
+    const index_t nk = keys_in_steps(t);
     P::gemm(t.p16, t.bk, t.v_pairs, 2 * t.dvp, t.o, t.dvp, rows16(t), t.dvp, nk / 2, true);
   }
 };
