@@ -39,9 +39,7 @@ struct DotPairs {
   KFLASH_IMPL_BF16_TARGET static void dot(acc_type& acc, const pair& a, const operand& b) {
     acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
   }
-  KFLASH_IMPL_BF16_TARGET static acc_type scaled(const acc_type& acc, float scale) {
-    return _mm512_mul_ps(acc, _mm512_set1_ps(scale));
-  }
+  KFLASH_IMPL_BF16_TARGET static void scale(acc_type& acc, float s) { acc = _mm512_mul_ps(acc, _mm512_set1_ps(s)); }
 };
 
 /// c += a b, or c = scale (a b), for an R x (NV vectors) block of c, in the broadcast form: each
@@ -70,7 +68,7 @@ inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t*
   }
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) {
-      if (!Accumulate) acc[r][j] = P::scaled(acc[r][j], scale);
+      if (!Accumulate) P::scale(acc[r][j], scale);
       __builtin_memcpy(c + r * ldc + j * W, &acc[r][j], sizeof acc[r][j]);
     }
 }
