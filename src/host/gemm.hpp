@@ -152,28 +152,35 @@ inline void gemm_nt_block(const T* a, index_t lda, const B* b, index_t ldb, T* c
     for (int j = 0; j < J; ++j) c[r * ldc + j] = reduce_lanes<T, VB, AddOp>(acc[r][j]) + tail(r, j);
 }
 
-/// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks, the edges by thinner ones:
-/// each block of J rows of b for all of a's rows before the next (a is small and stays in L1; b is
-/// the stream). The first block of rows asks for rows [0, next_rows) of next (N rows of K, ldb), so
-/// the asks spread over the whole product. b holds B (Operand).
-template <class T, int VB, int R, int J, class B = T>
-inline void gemm_nt(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
-                    index_t K, const B* next = nullptr, index_t next_rows = 0) {
-  if (next == nullptr) next = b, next_rows = 0;
+/// Calls block(rows, cols, i, j, ahead) for the blocks of an M x N product c = a b^T taken by R x J
+/// blocks, the edges by thinner ones (rows and cols: std::integral_constant sizes; block (i, j) its
+/// first row and column): each block of J rows of b for all of a's rows before the next (a is
+/// small and stays in L1; b is the stream). ahead: how many of the block's rows of b's successor
+/// to ask for, so that the first block of rows asks for rows [0, next_rows) and the asks spread
+/// over the whole product.
+template <int R, int J, class Block>
+inline void nt_blocks(index_t M, index_t N, index_t next_rows, Block&& block) {
   const auto ahead = [&](index_t i, index_t j) { return i == 0 && next_rows > j ? next_rows - j : index_t(0); };
   const auto rows = [&](auto cols, index_t j) {
-    constexpr int JB = decltype(cols)::value;
     index_t i = 0;
-    for (; i + R <= M; i += R)
-      gemm_nt_block<T, VB, R, JB, B>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                     ahead(i, j));
-    for (; i < M; ++i)
-      gemm_nt_block<T, VB, 1, JB, B>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb,
-                                     ahead(i, j));
+    for (; i + R <= M; i += R) block(std::integral_constant<int, R>{}, cols, i, j, ahead(i, j));
+    for (; i < M; ++i) block(std::integral_constant<int, 1>{}, cols, i, j, ahead(i, j));
   };
   index_t j = 0;
   for (; j + J <= N; j += J) rows(std::integral_constant<int, J>{}, j);
   for (; j < N; ++j) rows(std::integral_constant<int, 1>{}, j);
+}
+
+/// c = a b^T for M x N (a: M x K, b: N x K, any M, N) by R x J blocks (nt_blocks), asking for rows
+/// [0, next_rows) of next (N rows of K, ldb). b holds B (Operand).
+template <class T, int VB, int R, int J, class B = T>
+inline void gemm_nt(const T* a, index_t lda, const B* b, index_t ldb, T* c, index_t ldc, index_t M, index_t N,
+                    index_t K, const B* next = nullptr, index_t next_rows = 0) {
+  if (next == nullptr) next = b, next_rows = 0;
+  nt_blocks<R, J>(M, N, next_rows, [&](auto rows, auto cols, index_t i, index_t j, index_t ahead) {
+    gemm_nt_block<T, VB, decltype(rows)::value, decltype(cols)::value, B>(
+        a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, K, next + j * ldb, ahead);
+  });
 }
 
 }  // namespace kflash::impl::host::internal
