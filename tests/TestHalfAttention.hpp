@@ -140,9 +140,12 @@ void half_attention_cases() {
       }
   }
   // Decode (a K/V head's 8 query rows: K read by rows), Dv != D (V padded), a block of one row, odd
-  // D, Dv and Nk (bf16 pairs padded with zeros).
-  for (const AttnShape& s : {AttnShape{1, 8, 1, 1, 300, 64, 64}, AttnShape{1, 2, 2, 33, 90, 32, 40},
-                             AttnShape{1, 1, 1, 1, 5, 8, 8}, AttnShape{1, 2, 1, 40, 77, 33, 17}}) {
+  // D, Dv and Nk (bf16 pairs padded with zeros). K and V read in place with Dv a multiple of 32
+  // (bf16 pairs formed in registers): 3 and 5 rows a block, D past the last 32 values (odd, and
+  // even), odd Nk (a last key without its pair), several 32-column strips of V.
+  for (const AttnShape& s :
+       {AttnShape{1, 8, 1, 1, 300, 64, 64}, AttnShape{1, 2, 2, 33, 90, 32, 40}, AttnShape{1, 1, 1, 1, 5, 8, 8},
+        AttnShape{1, 2, 1, 40, 77, 33, 17}, AttnShape{1, 6, 2, 1, 301, 45, 96}, AttnShape{1, 5, 1, 1, 71, 100, 32}}) {
     const auto a = rounded16<H>(make_attn_data<float>(s, 103));
     for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " decode", StoredAs16<H>());
   }
@@ -168,6 +171,22 @@ void half_attention_cases() {
     for (std::size_t i = 0; i < t.mask.size(); i += 7) t.mask[i] = 0;
     for (std::size_t j = 0; j < s.Nk; ++j) t.mask[3 * s.Nk + j] = 0;  // row 3 sees no key (the sink only)
     for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " options", StoredAs16<H>(), t);
+  }
+  // Decode with every score option (K and V in place), a key that no row sees.
+  {
+    AttnShape s{1, 8, 2, 1, 150, 40, 32};
+    const auto a = rounded16<H>(make_attn_data<float>(s, 112, 2.0));
+    RefTerms t;
+    t.softcap = 5;
+    t.left = 100;
+    t.slopes = rounded<float>(uniform_values<float>(s.Hq, 114, 0.01L, 0.2L));
+    t.sinks = rounded<float>(uniform_values<float>(s.Hq, 115, -1, 1));
+    t.bias = rounded<float>(uniform_values<float>(s.B * s.Hq * s.Nq * s.Nk, 116, -1, 1));
+    t.bias_b = s.B, t.bias_h = s.Hq;
+    t.mask.assign(s.Nq * s.Nk, 1);
+    for (std::size_t i = 0; i < t.mask.size(); i += 5) t.mask[i] = 0;
+    for (const auto& opt : schedules(false))
+      run_attention<float>(a, opt, false, type + " decode options", StoredAs16<H>(), t);
   }
   // Sequences of their own lengths: varlen (packed, and strided windows of a padded buffer) and
   // paged K/V (decode and prefill).

@@ -100,6 +100,152 @@ KFLASH_IMPL_BF16_TARGET inline void narrow_bf16(const float* x, std::uint16_t* y
   }
 }
 
+/// The products on bf16 rows read in place, each pair of values formed in registers (decode's K and
+/// V rows for a few query rows, where laying the tile out in pairs would cost more than its
+/// products):
+///   rows_nt: c = scale (a b^T), a (M rows, lda) and b (N rows, ldb) of K values, read along K by
+///     vectors of 16 pairs (the last through a mask), each product's lanes summed at the end;
+///   rows_pairs: c += a b, a (M rows of K weights, lda; a zero after an odd K), b (K rows of N
+///     values, ldb; N a multiple of 32): rows 2k and 2k + 1 of b interleaved in registers, which
+///     leaves the pairs of 32 columns in the order of pair_columns.
+using PairSums = Vec<float, 64>;
+
+template <int R, int J, bool Whole>
+KFLASH_IMPL_BF16_TARGET inline void rows_nt_step(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
+                                                 index_t ldb, __mmask32 m, PairSums::type (&acc)[R][J]) {
+  __m512i av[R], bv[J];
+  for (int r = 0; r < R; ++r)
+    av[r] =
+        Whole ? _mm512_loadu_si512(static_cast<const void*>(a + r * lda)) : _mm512_maskz_loadu_epi16(m, a + r * lda);
+  for (int j = 0; j < J; ++j)
+    bv[j] =
+        Whole ? _mm512_loadu_si512(static_cast<const void*>(b + j * ldb)) : _mm512_maskz_loadu_epi16(m, b + j * ldb);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j)
+      acc[r][j] = (PairSums::type)_mm512_dpbf16_ps((__m512)acc[r][j], (__m512bh)av[r], (__m512bh)bv[j]);
+}
+
+/// An R x J block of rows_nt, asking for rows [0, next_rows) of next (J rows, ldb).
+template <int R, int J>
+KFLASH_IMPL_BF16_TARGET inline void rows_nt_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
+                                                  index_t ldb, float* c, index_t ldc, index_t K, float scale,
+                                                  const std::uint16_t* next, index_t next_rows) {
+  PairSums::type acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) PairSums::zero(acc[r][j]);
+  index_t d = 0;
+  for (; d < K; d += 32) {
+    for (int j = 0; j < J; ++j)
+      if (j < next_rows) prefetch_l2(next + j * ldb + d);
+    if (d + 32 <= K)
+      rows_nt_step<R, J, true>(a + d, lda, b + d, ldb, 0, acc);
+    else
+      rows_nt_step<R, J, false>(a + d, lda, b + d, ldb, __mmask32((1u << (K - d)) - 1), acc);
+  }
+#ifdef KFLASH_IMPL_SHUFFLES
+  using Sums = LaneTrees<float, 64, AddOp>;
+  constexpr int S = Sums::W;
+  if constexpr ((R * J) % S == 0 && S % J == 0) {
+    for (int t = 0; t < R * J / S; ++t) {
+      PairSums::type sums;
+      Sums::apply(&acc[0][0] + t * S, sums);
+      sums *= scale;
+      store_sums<float, 64, J>(c, ldc, t * S, sums, std::make_index_sequence<S / J>{});
+    }
+    return;
+  }
+#endif
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) c[r * ldc + j] = reduce_lanes<float, 64, AddOp>(acc[r][j]) * scale;
+}
+
+template <int R, int J>
+KFLASH_IMPL_BF16_TARGET inline void rows_nt(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
+                                            float* c, index_t ldc, index_t M, index_t N, index_t K, float scale,
+                                            const std::uint16_t* next, index_t next_rows) {
+  if (next == nullptr) next = b, next_rows = 0;
+  nt_blocks<R, J>(M, N, next_rows, [&](auto rows, auto cols, index_t i, index_t j, index_t ahead) {
+    rows_nt_block<decltype(rows)::value, decltype(cols)::value>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j,
+                                                                ldc, K, scale, next + j * ldb, ahead);
+  });
+}
+
+/// The order rows_pairs' products leave 32 columns in: unpacking two rows' 16-bit values by
+/// _mm512_unpacklo_epi16 pairs columns 0-3, 8-11, 16-19 and 24-27 (`low`), _mm512_unpackhi_epi16
+/// the others (`high`, each 4 more); `back` (and 8 more) gives columns 0-15 (16-31) from the two.
+struct PairColumns {
+  __m512i low, high, back0, back1;
+  KFLASH_IMPL_BF16_TARGET PairColumns() {
+    low = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    high = _mm512_add_epi32(low, _mm512_set1_epi32(4));
+    back0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    back1 = _mm512_add_epi32(back0, _mm512_set1_epi32(8));
+  }
+};
+
+/// acc[r] += the weights of rows r of a at keys 0 and 1 times the pairs of x (key 0) and y (key 1).
+template <int R>
+KFLASH_IMPL_BF16_TARGET inline void rows_pairs_step(const std::uint16_t* a, index_t lda, const __m512i& x,
+                                                    const __m512i& y, __m512 (&acc)[R][2]) {
+  const __m512i low = _mm512_unpacklo_epi16(x, y), high = _mm512_unpackhi_epi16(x, y);
+  for (int r = 0; r < R; ++r) {
+    __m512i w;
+    DotPairs::broadcast(w, a + r * lda);
+    DotPairs::dot(acc[r][0], w, low);
+    DotPairs::dot(acc[r][1], w, high);
+  }
+}
+
+/// R rows by 32 columns of rows_pairs, asking for rows [0, next_rows) of next (the same columns).
+template <int R>
+KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
+                                                     index_t ldb, float* c, index_t ldc, index_t K,
+                                                     const std::uint16_t* next, index_t next_rows) {
+  const PairColumns order;
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    const __m512 c0 = _mm512_loadu_ps(c + r * ldc), c1 = _mm512_loadu_ps(c + r * ldc + 16);
+    acc[r][0] = _mm512_permutex2var_ps(c0, order.low, c1);
+    acc[r][1] = _mm512_permutex2var_ps(c0, order.high, c1);
+  }
+  index_t k = 0;
+  for (; k + 2 <= K; k += 2) {
+    if (k < next_rows) prefetch_l2(next + k * ldb);
+    if (k + 1 < next_rows) prefetch_l2(next + (k + 1) * ldb);
+    const __m512i x = _mm512_loadu_si512(static_cast<const void*>(b + k * ldb));
+    const __m512i y = _mm512_loadu_si512(static_cast<const void*>(b + (k + 1) * ldb));
+    rows_pairs_step<R>(a + k, lda, x, y, acc);
+  }
+  if (k < K) {  // the last key alone: its partner's weight is zero, its values zeros (not read)
+    const __m512i x = _mm512_loadu_si512(static_cast<const void*>(b + k * ldb)), y = _mm512_setzero_si512();
+    rows_pairs_step<R>(a + k, lda, x, y, acc);
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(c + r * ldc, _mm512_permutex2var_ps(acc[r][0], order.back0, acc[r][1]));
+    _mm512_storeu_ps(c + r * ldc + 16, _mm512_permutex2var_ps(acc[r][0], order.back1, acc[r][1]));
+  }
+}
+
+/// rows_pairs for the M rows of a 32-column strip: blocks of R rows, the rest by halves.
+template <int R>
+KFLASH_IMPL_BF16_TARGET inline void rows_pairs_strip(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
+                                                     index_t ldb, float* c, index_t ldc, index_t M, index_t K,
+                                                     const std::uint16_t* next, index_t next_rows) {
+  index_t i = 0;
+  for (; i + R <= M; i += R, next_rows = 0)
+    rows_pairs_block<R>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, next, next_rows);
+  if constexpr (R > 1)
+    if (i < M) rows_pairs_strip<R / 2>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, next, next_rows);
+}
+
+KFLASH_IMPL_BF16_TARGET inline void rows_pairs(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
+                                               float* c, index_t ldc, index_t M, index_t N, index_t K,
+                                               const std::uint16_t* next, index_t next_rows) {
+  if (next == nullptr) next = b, next_rows = 0;
+  for (index_t j = 0; j < N; j += 32)
+    rows_pairs_strip<HostTraits::dot_rows>(a, lda, b + j, ldb, c + j, ldc, M, K, next + j, next_rows);
+}
+
 /// The register-block products: c += a b (accumulate) or c = scale (a b) with the broadcast blocks of
 /// P, 8 rows by 2 vectors. Session: what a tile's products need around them (nothing here).
 template <class P>
@@ -182,7 +328,7 @@ struct AmxPairs {
         if (two_rows && two_cols) _tile_stored(3, c10 + 16, sc);
       }
     }
-    if (!accumulate && scale != 1.0f)  // the tiles store unscaled sums: scaled here, c's rows in L1
+    if (!accumulate && scale != 1.0f)  // the tiles store unscaled sums: scaled here, c just stored (L1 or L2)
       for (index_t i = 0; i < M; ++i)
         for (index_t j = 0; j < N; ++j) c[i * ldc + j] *= scale;
   }
@@ -190,9 +336,10 @@ struct AmxPairs {
 #undef KFLASH_IMPL_AMX_TARGET
 
 /// An attention tile's products on bf16 pairs (AttentionTile's q16) with the products of P
-/// (BlockPairs<DotPairs>, AmxPairs), within a Session (P's) the caller holds around the tile:
-///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as P stores
-///           the products);
+/// (BlockPairs<DotPairs>, AmxPairs) on K and V staged in pairs, or with rows_nt and rows_pairs on
+/// K's and V's rows in place (k16, v16), within a Session (P's) the caller holds around the tile:
+///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as the
+///           products are stored);
 ///   weights: P's rows [r0, r0 + g) = the weights left in s rounded to bf16 (zeros from key nk to
 ///           the next step of pair_keys), called for each group of rows as its tile step ends
 ///           (its weights still in L1);
@@ -208,6 +355,11 @@ struct TilePairs {
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
 
   KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
+    if (t.k16 != nullptr) {  // K's rows in place
+      rows_nt<HostTraits::dot_block, HostTraits::dot_block>(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
+                                                            t.score_scale, t.k16_next, t.nk_next);
+      return;
+    }
     P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false, t.score_scale);
   }
 
@@ -223,6 +375,10 @@ struct TilePairs {
   }
 
   KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
+    if (t.v16 != nullptr) {  // V's rows in place
+      rows_pairs(t.p16, t.bk, t.v16, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v16_next, t.nk_next);
+      return;
+    }
     const index_t nk = keys_in_steps(t);
     P::gemm(t.p16, t.bk, t.v_pairs, 2 * t.dvp, t.o, t.dvp, rows16(t), t.dvp, nk / 2, true);
   }

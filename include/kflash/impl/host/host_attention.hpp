@@ -141,9 +141,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   static constexpr bool user_functors = Stage::user_score || Stage::user_mask;
   using Tile16 =
       Kokkos::View<std::uint16_t**, Kokkos::LayoutRight, typename Base::scratch_space, Kokkos::MemoryUnmanaged>;
-  /// bf16 storage, where the host kernels have bf16 products (bf16_products()): blocks of more than
-  /// dot_rows rows (and all blocks where K is packed) take the products on bf16 pairs
-  /// (AttentionTile's q16).
+  /// bf16 storage, where the host kernels have bf16 products (bf16_products()): blocks take the
+  /// products on bf16 pairs (AttentionTile's q16), staged, or formed in registers from K's and V's
+  /// rows in place (blocks of at most dot_rows rows with unit-stride rows and Dv a whole vector).
   static constexpr bool bf16 = !std::is_same<S, T>::value && storage16_of<S> == Storage16::bf16;
   static_assert(HostTraits::block_q % 16 == 0, "kflash: the bf16 pairs' tiles take rows by 16");
   /// K (and V) packed once per head (null: each block stages its tiles).
@@ -205,8 +205,9 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // K packed for the head's blocks is read there. Otherwise rows of K with unit stride are read in
     // place (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
     // transposed would cost more than the products; V in place when no padding is needed. 16-bit
-    // rows in place are widened as the products load them (the tile's k16 and v16). bf16 blocks
-    // that do not read K in place take the products on pairs: Q, K and V staged in pairs.
+    // rows in place are widened as the products load them (the tile's k16 and v16), but bf16 rows
+    // of K and V both in place are paired in registers for bf16 products. bf16 blocks that do not
+    // read K in place take the products on pairs: Q, K and V staged in pairs.
     constexpr bool same = std::is_same<S, T>::value;
     const index_t head = b * p.Hk + hk, d16 = pair_dims(p.D);
     const T* packed = packed_kv.keys != nullptr ? packed_kv.keys + head * p.D * p.packed_ld : nullptr;
@@ -216,13 +217,13 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         packed_kv.value_pairs != nullptr ? packed_kv.value_pairs + head * p.packed_ld * p.dvp : nullptr;
     const bool k_in_place =
         packed == nullptr && packed_pairs == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
-    const bool pairs = packed_pairs != nullptr || (bf16 && !k_in_place && bf16_products());
-    const bool v_in_place = !pairs && v.stride(3) == 1 && p.Dv == p.dvp;
+    const bool v_rows = v.stride(3) == 1 && p.Dv == p.dvp;
+    const bool staged_pairs = packed_pairs != nullptr || (bf16 && !k_in_place && bf16_products());
+    const bool pairs = staged_pairs || (bf16 && k_in_place && v_rows && bf16_products());
+    const bool v_in_place = !staged_pairs && v_rows;
     Tile16 q16, kp, vp, p16;
-    if (pairs) {
-      q16 = Tile16(scratch, p.bq, d16), kp = Tile16(scratch, d16 / 2, 2 * p.bk);
-      vp = Tile16(scratch, p.bk / 2, 2 * p.dvp), p16 = Tile16(scratch, p.bq, p.bk);
-    }
+    if (pairs) q16 = Tile16(scratch, p.bq, d16), p16 = Tile16(scratch, p.bq, p.bk);
+    if (staged_pairs) kp = Tile16(scratch, d16 / 2, 2 * p.bk), vp = Tile16(scratch, p.bk / 2, 2 * p.dvp);
     // Rows past nrows up to the next 16 take part in the pairs' products: zeros in q16 and p16.
     const index_t rows16 = pairs ? (nrows + 15) / 16 * 16 : nrows;
     for (index_t r = 0; r < rows16; ++r) {
@@ -249,11 +250,8 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.score_rows = per_row ? score_rows.data() : nullptr;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     if constexpr (!same) tile.format = storage16_of<S>;
-    if (pairs) {
-      tile.q16 = q16.data(), tile.p16 = p16.data(), tile.v_pairs = vp.data();
-      tile.d16 = d16, tile.score_scale = scale;
-      tile.k_pairs = kp.data(), tile.ldk_pairs = p.bk;
-    }
+    if (pairs) tile.q16 = q16.data(), tile.p16 = p16.data(), tile.d16 = d16, tile.score_scale = scale;
+    if (staged_pairs) tile.v_pairs = vp.data(), tile.k_pairs = kp.data(), tile.ldk_pairs = p.bk;
     // A tile ends where the keys' contiguous run does (a page of a paged cache).
     const auto tile_end = [&](index_t t0) {
       index_t end = t0 + p.bk < w.ke ? t0 + p.bk : w.ke;
@@ -271,7 +269,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const index_t end = tile_end(t0);
       tile.nk = end - t0;
       if (this->tile_hidden(w, t0, tile.nk)) continue;
-      if (pairs) {
+      if (staged_pairs) {
         if constexpr (bf16) stage_pairs(b, hk, t0, tile.nk, packed_pairs, value_pairs, kp, vp, tile);
       } else if (packed != nullptr) {
         tile.kt = packed + t0;
@@ -282,7 +280,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         for (index_t j = 0; j < tile.nk; ++j)
           for (index_t d = 0; d < p.D; ++d) kt(d, j) = widen(k(b, hk, t0 + j, d));
       }
-      if (!pairs) {  // (bf16 pairs: V staged with K above)
+      if (!staged_pairs) {  // (bf16 pairs staged: V with K above)
         if (v_in_place) {
           in_place(v, t0, tile.v, tile.v16);
           tile.ldv = index_t(v.stride(2));

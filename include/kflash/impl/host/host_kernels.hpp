@@ -289,7 +289,9 @@ struct AttentionTile {
   ///        dimensions 2p, 2p + 1 of key j at values 2j, 2j + 1, for the tile's bk keys;
   ///   v_pairs: V in pairs of keys: row p (2 dvp values) holds keys 2p, 2p + 1 of column c at
   ///        2c, 2c + 1, zeros from key nk to the next multiple of 32 (and past Dv);
-  ///   p16: room for the weights rounded to bf16 (bk values a row), which o += p16 V.
+  ///   p16: room for the weights rounded to bf16 (bk values a row), which o += p16 V;
+  ///   or, with k_pairs and v_pairs null, K's and V's 16-bit rows in place (k16, v16: decode's
+  ///        blocks), paired in registers by the products.
   /// q16, p16, s and o have the rows rounded up to 16; q16's and p16's rows past `rows` are zeros.
   const std::uint16_t* q16 = nullptr;
   const std::uint16_t* k_pairs = nullptr;
