@@ -155,36 +155,31 @@ void half_attention_cases() {
     const auto a = rounded16<H>(make_attn_data<float>(s, 105));
     run_attention<float>(a, schedules(true)[0], false, type + " LayoutLeft", StoredAs16<H, true>());
   }
-  // Every score option at once (softcap, ALiBi, sinks, bias, mask hiding one row whole), and a
-  // window, with float option Views.
+  // Every score option at once (softcap, ALiBi, sinks, bias, a mask), and a window, with float
+  // option Views: prefill with a mask hiding one row whole, and decode (K and V in place).
+  const auto all_options = [](const AttnShape& s, unsigned seed, int left, std::size_t hide_every) {
+    RefTerms t;
+    t.softcap = 5;
+    t.left = left;
+    t.slopes = rounded<float>(uniform_values<float>(s.Hq, seed, 0.01L, 0.2L));
+    t.sinks = rounded<float>(uniform_values<float>(s.Hq, seed + 1, -1, 1));
+    t.bias = rounded<float>(uniform_values<float>(s.B * s.Hq * s.Nq * s.Nk, seed + 2, -1, 1));
+    t.bias_b = s.B, t.bias_h = s.Hq;
+    t.mask.assign(s.Nq * s.Nk, 1);
+    for (std::size_t i = 0; i < t.mask.size(); i += hide_every) t.mask[i] = 0;
+    return t;
+  };
   {
     AttnShape s{2, 4, 4, 40, 60, 32, 32};
     const auto a = rounded16<H>(make_attn_data<float>(s, 107, 2.0));
-    RefTerms t;
-    t.softcap = 5;
-    t.left = 30;
-    t.slopes = rounded<float>(uniform_values<float>(s.Hq, 108, 0.01L, 0.2L));
-    t.sinks = rounded<float>(uniform_values<float>(s.Hq, 109, -1, 1));
-    t.bias = rounded<float>(uniform_values<float>(s.B * s.Hq * s.Nq * s.Nk, 110, -1, 1));
-    t.bias_b = s.B, t.bias_h = s.Hq;
-    t.mask.assign(s.Nq * s.Nk, 1);
-    for (std::size_t i = 0; i < t.mask.size(); i += 7) t.mask[i] = 0;
+    RefTerms t = all_options(s, 108, 30, 7);
     for (std::size_t j = 0; j < s.Nk; ++j) t.mask[3 * s.Nk + j] = 0;  // row 3 sees no key (the sink only)
     for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " options", StoredAs16<H>(), t);
   }
-  // Decode with every score option (K and V in place), a key that no row sees.
   {
     AttnShape s{1, 8, 2, 1, 150, 40, 32};
     const auto a = rounded16<H>(make_attn_data<float>(s, 112, 2.0));
-    RefTerms t;
-    t.softcap = 5;
-    t.left = 100;
-    t.slopes = rounded<float>(uniform_values<float>(s.Hq, 114, 0.01L, 0.2L));
-    t.sinks = rounded<float>(uniform_values<float>(s.Hq, 115, -1, 1));
-    t.bias = rounded<float>(uniform_values<float>(s.B * s.Hq * s.Nq * s.Nk, 116, -1, 1));
-    t.bias_b = s.B, t.bias_h = s.Hq;
-    t.mask.assign(s.Nq * s.Nk, 1);
-    for (std::size_t i = 0; i < t.mask.size(); i += 5) t.mask[i] = 0;
+    const RefTerms t = all_options(s, 114, 100, 5);
     for (const auto& opt : schedules(false))
       run_attention<float>(a, opt, false, type + " decode options", StoredAs16<H>(), t);
   }
