@@ -138,11 +138,13 @@ void attention_tile_steps(const AttentionTile<T>& t) {
 }
 
 /// One attention tile (attention_tile_steps); a tile in bf16 pairs within one Session of its
-/// products (the tile configuration loaded once for both products, the tiles released after).
+/// products (the tile configuration loaded once for both products, the tiles released after),
+/// unless both products read K's and V's rows in place (TilePairs: rows_nt, rows_pairs), which use
+/// none of the products' tiles.
 template <class T, int VB, class Pairs = void>
 void attention_tile(const AttentionTile<T>& t) {
   if constexpr (!std::is_void<Pairs>::value) {
-    if (t.q16 != nullptr) {
+    if (t.q16 != nullptr && (t.k16 == nullptr || t.v16 == nullptr)) {
       const typename Pairs::Session session;
       attention_tile_steps<T, VB, Pairs>(t);
       return;
