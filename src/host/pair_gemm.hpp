@@ -196,10 +196,20 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_step(const std::uint16_t* a, inde
   }
 }
 
-/// R rows by 32 columns of rows_pairs, asking for rows [0, next_rows) of next (the same columns).
-template <int R>
+/// 32 values of a row of b (its first `valid` where not Whole: the rest zeros, not read).
+template <bool Whole>
+KFLASH_IMPL_BF16_TARGET inline __m512i value_row(const std::uint16_t* b, __mmask32 valid) {
+  if constexpr (Whole)
+    return _mm512_loadu_si512(static_cast<const void*>(b));
+  else
+    return _mm512_maskz_loadu_epi16(valid, b);
+}
+
+/// R rows by 32 columns of rows_pairs (b's first `valid` columns where not Whole: the others add
+/// zeros), asking for rows [0, next_rows) of next (the same columns).
+template <int R, bool Whole>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
-                                                     index_t ldb, float* c, index_t ldc, index_t K,
+                                                     index_t ldb, float* c, index_t ldc, index_t K, __mmask32 valid,
                                                      const std::uint16_t* next, index_t next_rows) {
   const PairColumns order;
   __m512 acc[R][2];
@@ -212,12 +222,11 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
   for (; k + 2 <= K; k += 2) {
     if (k < next_rows) prefetch_l2(next + k * ldb);
     if (k + 1 < next_rows) prefetch_l2(next + (k + 1) * ldb);
-    const __m512i x = _mm512_loadu_si512(static_cast<const void*>(b + k * ldb));
-    const __m512i y = _mm512_loadu_si512(static_cast<const void*>(b + (k + 1) * ldb));
+    const __m512i x = value_row<Whole>(b + k * ldb, valid), y = value_row<Whole>(b + (k + 1) * ldb, valid);
     rows_pairs_step<R>(a + k, lda, x, y, acc);
   }
   if (k < K) {  // the last key alone: its partner's weight is zero, its values zeros (not read)
-    const __m512i x = _mm512_loadu_si512(static_cast<const void*>(b + k * ldb)), y = _mm512_setzero_si512();
+    const __m512i x = value_row<Whole>(b + k * ldb, valid), y = _mm512_setzero_si512();
     rows_pairs_step<R>(a + k, lda, x, y, acc);
   }
   for (int r = 0; r < R; ++r) {
@@ -227,23 +236,39 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
 }
 
 /// rows_pairs for the M rows of a 32-column strip: blocks of R rows, the rest by halves.
-template <int R>
+template <int R, bool Whole>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_strip(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
                                                      index_t ldb, float* c, index_t ldc, index_t M, index_t K,
-                                                     const std::uint16_t* next, index_t next_rows) {
+                                                     __mmask32 valid, const std::uint16_t* next, index_t next_rows) {
   index_t i = 0;
   for (; i + R <= M; i += R, next_rows = 0)
-    rows_pairs_block<R>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, next, next_rows);
+    rows_pairs_block<R, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, valid, next, next_rows);
   if constexpr (R > 1)
-    if (i < M) rows_pairs_strip<R / 2>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, next, next_rows);
+    if (i < M)
+      rows_pairs_strip<R / 2, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, valid, next, next_rows);
 }
 
+/// The strips of rows_pairs past b's last whole 32 columns, kept out of line: inlined beside the
+/// whole strips' loop, it changed how that loop compiled and slowed it.
+__attribute__((noinline)) KFLASH_IMPL_BF16_TARGET inline void rows_pairs_tail(
+    const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc, index_t M,
+    index_t N, index_t cols, index_t K, index_t j, const std::uint16_t* next, index_t next_rows) {
+  for (; j < N; j += 32) {
+    const __mmask32 valid = j < cols ? __mmask32((1u << (cols - j)) - 1) : 0;
+    rows_pairs_strip<HostTraits::dot_rows, false>(a, lda, b + j, ldb, c + j, ldc, M, K, valid, next + j, next_rows);
+  }
+}
+
+/// c (M x N, N a multiple of 32) += a (M x K weights, bf16) b (K x cols values, bf16, rows ldb
+/// apart): b's columns past cols are not read, and c's add zeros.
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
-                                               float* c, index_t ldc, index_t M, index_t N, index_t K,
+                                               float* c, index_t ldc, index_t M, index_t N, index_t cols, index_t K,
                                                const std::uint16_t* next, index_t next_rows) {
   if (next == nullptr) next = b, next_rows = 0;
-  for (index_t j = 0; j < N; j += 32)
-    rows_pairs_strip<HostTraits::dot_rows>(a, lda, b + j, ldb, c + j, ldc, M, K, next + j, next_rows);
+  index_t j = 0;
+  for (; j + 32 <= cols; j += 32)
+    rows_pairs_strip<HostTraits::dot_rows, true>(a, lda, b + j, ldb, c + j, ldc, M, K, 0, next + j, next_rows);
+  if (j < N) rows_pairs_tail(a, lda, b, ldb, c, ldc, M, N, cols, K, j, next, next_rows);
 }
 
 /// The register-block products: c += a b (accumulate) or c = scale (a b) with the broadcast blocks of
@@ -376,7 +401,7 @@ struct TilePairs {
 
   KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
     if (t.v16 != nullptr) {  // V's rows in place
-      rows_pairs(t.p16, t.bk, t.v16, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.nk, t.v16_next, t.nk_next);
+      rows_pairs(t.p16, t.bk, t.v16, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.dv, t.nk, t.v16_next, t.nk_next);
       return;
     }
     const index_t nk = keys_in_steps(t);

@@ -206,7 +206,8 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // place (by dot products) for blocks of at most dot_rows query rows (decode), where staging K
     // transposed would cost more than the products; V in place when no padding is needed. 16-bit
     // rows in place are widened as the products load them (the tile's k16 and v16), but bf16 rows
-    // of K and V both in place are paired in registers for bf16 products. bf16 blocks that do not
+    // of K and V both in place are paired in registers for bf16 products (V with any Dv: the loads
+    // of its last 32 columns are masked). bf16 blocks that do not
     // read K in place take the products on pairs: Q, K and V staged in pairs.
     constexpr bool same = std::is_same<S, T>::value;
     const index_t head = b * p.Hk + hk, d16 = pair_dims(p.D);
@@ -217,10 +218,10 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
         packed_kv.value_pairs != nullptr ? packed_kv.value_pairs + head * p.packed_ld * p.dvp : nullptr;
     const bool k_in_place =
         packed == nullptr && packed_pairs == nullptr && k.stride(3) == 1 && nrows <= HostTraits::dot_rows;
-    const bool v_rows = v.stride(3) == 1 && p.Dv == p.dvp;
+    const bool v_unit = v.stride(3) == 1, v_rows = v_unit && p.Dv == p.dvp;
     const bool staged_pairs = packed_pairs != nullptr || (bf16 && !k_in_place && bf16_products());
-    const bool pairs = staged_pairs || (bf16 && k_in_place && v_rows && bf16_products());
-    const bool v_in_place = !staged_pairs && v_rows;
+    const bool pairs = staged_pairs || (bf16 && k_in_place && v_unit && bf16_products());
+    const bool v_in_place = !staged_pairs && (v_rows || pairs);  // rows_pairs reads any Dv
     Tile16 q16, kp, vp, p16;
     if (pairs) q16 = Tile16(scratch, p.bq, d16), p16 = Tile16(scratch, p.bq, p.bk);
     if (staged_pairs) kp = Tile16(scratch, d16 / 2, 2 * p.bk), vp = Tile16(scratch, p.bk / 2, 2 * p.dvp);
@@ -250,7 +251,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.score_rows = per_row ? score_rows.data() : nullptr;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     if constexpr (!same) tile.format = storage16_of<S>;
-    if (pairs) tile.q16 = q16.data(), tile.p16 = p16.data(), tile.d16 = d16, tile.score_scale = scale;
+    if (pairs) tile.q16 = q16.data(), tile.p16 = p16.data(), tile.d16 = d16, tile.dv = p.Dv, tile.score_scale = scale;
     if (staged_pairs) tile.v_pairs = vp.data(), tile.k_pairs = kp.data(), tile.ldk_pairs = p.bk;
     // A tile ends where the keys' contiguous run does (a page of a paged cache).
     const auto tile_end = [&](index_t t0) {

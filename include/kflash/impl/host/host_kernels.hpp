@@ -291,13 +291,14 @@ struct AttentionTile {
   ///        2c, 2c + 1, zeros from key nk to the next multiple of 32 (and past Dv);
   ///   p16: room for the weights rounded to bf16 (bk values a row), which o += p16 V;
   ///   or, with k_pairs and v_pairs null, K's and V's 16-bit rows in place (k16, v16: decode's
-  ///        blocks), paired in registers by the products.
+  ///        blocks), paired in registers by the products; V's rows have dv values (Dv: o's
+  ///        columns past it add zeros).
   /// q16, p16, s and o have the rows rounded up to 16; q16's and p16's rows past `rows` are zeros.
   const std::uint16_t* q16 = nullptr;
   const std::uint16_t* k_pairs = nullptr;
   const std::uint16_t* v_pairs = nullptr;
   std::uint16_t* p16 = nullptr;
-  index_t d16 = 0, ldk_pairs = 0;
+  index_t d16 = 0, ldk_pairs = 0, dv = 0;
   T score_scale = T(1);
 };
 
