@@ -207,8 +207,8 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // transposed would cost more than the products; V in place when no padding is needed. 16-bit
     // rows in place are widened as the products load them (the tile's k16 and v16), but bf16 rows
     // of K and V both in place are paired in registers for bf16 products (V with any Dv: the loads
-    // of its last 32 columns are masked). bf16 blocks that do not
-    // read K in place take the products on pairs: Q, K and V staged in pairs.
+    // of its columns past the last whole 32 are masked). bf16 blocks that do not read K in place
+    // take the products on pairs: Q, K and V staged in pairs.
     constexpr bool same = std::is_same<S, T>::value;
     const index_t head = b * p.Hk + hk, d16 = pair_dims(p.D);
     const T* packed = packed_kv.keys != nullptr ? packed_kv.keys + head * p.D * p.packed_ld : nullptr;
