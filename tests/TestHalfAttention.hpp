@@ -129,9 +129,10 @@ void half_attention_cases() {
   const Storage16Scope scope(rounding16<H>());
   const std::string type = name16<H>();
   // Prefill with GQA (K/V transposed and packed once per head), causal and not, every schedule
-  // (split K/V merges float parts into the 16-bit o), dense and (B, N, H, D) strides.
+  // (split K/V merges float parts into the 16-bit o), dense and (B, N, H, D) strides; 600 keys: two
+  // whole tiles and a partial one at bf16's 256 keys a tile (HostTraits::block_k_bf16).
   for (bool causal : {false, true}) {
-    AttnShape s{2, 4, 2, 70, 150, 64, 64, causal};
+    AttnShape s{2, 4, 2, 70, 600, 64, 64, causal};
     const auto a = rounded16<H>(make_attn_data<float>(s, 101));
     for (const auto& opt : schedules(causal))
       for (bool bnhd : {false, true}) {

@@ -374,7 +374,7 @@ struct TilePairs {
   /// Keys of a tile's product in bf16 pairs are counted in steps of this many (AMX's depth: 16 pairs).
   static constexpr index_t pair_keys = 32;
   using Session = typename P::Session;
-  static_assert(HostTraits::attention_pad % pair_keys == 0 && HostTraits::block_k % pair_keys == 0,
+  static_assert(HostTraits::attention_pad % pair_keys == 0 && HostTraits::block_k_bf16 % pair_keys == 0,
                 "kflash: the tiles' keys and padding must be whole steps of the bf16 pairs' products");
 
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }

@@ -50,6 +50,10 @@ struct HostTraits : CommonTraits {
   /// Query rows per block of bf16 attention: the products on bf16 pairs (AMX tiles) take each K/V
   /// tile for twice the rows, halving the pairs each row's keys stream through the caches.
   static constexpr index_t block_q_bf16 = 64;
+  /// Keys per K/V tile of bf16 attention (a multiple of attention_pad): each tile row's step (its
+  /// maximum, reductions and merge) costs the same whatever its keys, and the bf16 products leave
+  /// it a larger share of the time than fp32's, so twice block_k's keys halve it per score.
+  static constexpr index_t block_k_bf16 = 256;
 
   // --- Rows (softmax, log_softmax, logsumexp). Strided rows: a team of one thread per row (or
   // chunk), its tiles by plain lanes.
@@ -94,7 +98,8 @@ struct HostTraits : CommonTraits {
   /// Blocks of at most this many query rows (decoding, GQA groups) read K in place by dot products;
   /// larger blocks stage it transposed once per tile for all their rows.
   static constexpr index_t dot_rows = 8;
-  static_assert(block_k % attention_pad == 0, "kflash: block_k must be a multiple of attention_pad");
+  static_assert(block_k % attention_pad == 0 && block_k_bf16 % attention_pad == 0,
+                "kflash: block_k and block_k_bf16 must be multiples of attention_pad");
   /// Query rows and keys per block of attention_backward's tiles (a multiple of attention_pad): the
   /// tiles of a block pair, K, V and the accumulators of a block stay in the core's L2 cache.
   static constexpr index_t backward_block = 64;

@@ -114,7 +114,10 @@ AttentionPlan plan_attention(const ExecSpace& exec, AttentionPlan p) {
     using Shape = std::remove_pointer_t<decltype(shape)>;
     p = with_shape<Traits, Shape>(p);
   });
-  if constexpr (Traits::host_kernels && std::is_same<T, bhalf_t>::value) p.bq = Traits::block_q_bf16;
+  if constexpr (Traits::host_kernels && std::is_same<T, bhalf_t>::value) {
+    p.bq = Traits::block_q_bf16;
+    p.bk = Traits::block_k_bf16;
+  }
   p = plan_splits<Traits>(exec, p);
   // The host kernels' blocks of more than dot_rows rows read K transposed. Where a K/V head has
   // several blocks, K is packed once for all of them rather than staged by each (dense keys only:
