@@ -40,12 +40,16 @@ AttnData<float> rounded16(AttnData<float> a) {
   return a;
 }
 
-/// A View of H with the extents of float View f, of layout L (f's layout and strides where L is
-/// f's own), holding f's values rounded to H.
+/// The View of H, of layout L, that stored16 makes of float View F.
 template <class H, class L, class F>
-auto stored16(const F& f) {
-  using Data = typename DataOfRank<H, int(F::rank)>::type;
-  using View = Kokkos::View<Data, L, AMem>;
+using Stored16 = Kokkos::View<typename DataOfRank<H, int(F::rank)>::type, L, AMem>;
+
+/// A View of H with the extents of float View f, of layout L (f's layout and strides where L is
+/// f's own), holding f's values rounded to H. (The return type is spelled out: nvcc refuses
+/// KOKKOS_LAMBDAs inside a function whose return type is deduced.)
+template <class H, class L, class F>
+Stored16<H, L, F> stored16(const F& f) {
+  using View = Stored16<H, L, F>;
   View h;
   if constexpr (std::is_same<L, typename F::array_layout>::value) {
     h = View("h", f.layout());
