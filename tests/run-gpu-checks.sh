@@ -4,17 +4,20 @@
 #   tests     kflash_test_cuda, the whole suite
 #   bench     kflash-bench --backend Cuda [args] (default --full), device limits in the same run
 #   peers     PyTorch's equivalents of the bench's cases (torch_peers.py), then one table of both
+#   probe     warp_mma_probe: attention through warp MMA (3xTF32 and bf16) outside kflash, at
+#             1x8x4096x64 and 1x1x16384x64, each variant's rate and its error against fp64
 #   ncu       Nsight Compute on attention (D = 64, 128) and decode: occupancy, DRAM throughput,
 #             FMA pipe use, warp stall reasons
 #   sanitize  compute-sanitizer memcheck and racecheck over a reduced set of tests
-# Output goes to $KFLASH_GPU_OUT (default: out/ beside this script), at most 8 files: tests.log,
-# bench.log, bench/results.json, bench/summary.png, peers.log, torch_peers.json, ncu.log, sanitize.log.
+# Output goes to $KFLASH_GPU_OUT (default: out/ beside this script), at most 9 files: tests.log,
+# bench.log, bench/results.json, bench/summary.png, peers.log, torch_peers.json, probe.log, ncu.log,
+# sanitize.log.
 # KFLASH_GPU_PARTS chooses parts ("tests bench peers ncu sanitize" by default); each has a time limit
 # in seconds, KFLASH_GPU_<PART>_TIMEOUT. Exit status 1 when a test, the bench or a sanitizer fails.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${KFLASH_GPU_OUT:-$here/out}
-parts=" ${KFLASH_GPU_PARTS:-tests bench peers ncu sanitize} "
+parts=" ${KFLASH_GPU_PARTS:-tests bench peers probe ncu sanitize} "
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 status=0
@@ -47,6 +50,13 @@ if has peers; then
   PYTHONUNBUFFERED=1 timeout "$(limit PEERS 150)" python3 "$here/torch_peers.py" --out "$out" \
       --kflash "$out/bench/results.json" >"$out/peers.log" 2>&1
   sed -n '/peers timed/,$p' "$out/peers.log" | grep -v "^  refused" ; tail -3 "$out/peers.log" | grep -i error
+fi
+
+if has probe && [ -x "$here/warp_mma_probe" ]; then
+  stamp "warp-MMA probe"
+  { timeout "$(limit PROBE 60)" "$here/warp_mma_probe" 8 4096
+    timeout "$(limit PROBE 60)" "$here/warp_mma_probe" 1 16384; } >"$out/probe.log" 2>&1
+  cat "$out/probe.log"
 fi
 
 if has ncu && command -v ncu >/dev/null; then
