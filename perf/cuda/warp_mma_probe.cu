@@ -127,6 +127,24 @@ __device__ __forceinline__ void write_out(float* O, int N, int h, int row0, floa
   }
 }
 
+// A K/V tile's 16-byte chunks as one thread of NT loads them (its u-th item threadIdx.x + u * NT:
+// row item / C of the tile, chunk item % C of that row), held in registers from their loads to
+// their stores in shared memory.
+template <class E, int NT, int PF>
+struct TileChunks {
+  static constexpr int C = D * int(sizeof(E)) / 16;
+  uint4 k[PF], v[PF];
+  __device__ static int row(int u) { return (int(threadIdx.x) + u * NT) / C; }
+  __device__ static int chunk(int u) { return (int(threadIdx.x) + u * NT) % C; }
+  __device__ void load(const E* kg, const E* vg, int t0) {
+#pragma unroll
+    for (int u = 0; u < PF; ++u) {
+      k[u] = __ldg(reinterpret_cast<const uint4*>(kg + size_t(t0 + row(u)) * D) + chunk(u));
+      v[u] = __ldg(reinterpret_cast<const uint4*>(vg + size_t(t0 + row(u)) * D) + chunk(u));
+    }
+  }
+};
+
 // ---------------------------------------------------------------- fp32, 3xTF32
 template <int BK, int NW>
 __global__ void __launch_bounds__(NW * 32)
@@ -150,27 +168,18 @@ __global__ void __launch_bounds__(NW * 32)
   }
   const float* kg = K + size_t(h) * N * D;
   const float* vg = V + size_t(h) * N * D;
-  float4 pk[PF], pv[PF];
-  auto load = [&](int t0) {
-#pragma unroll
-    for (int u = 0; u < PF; ++u) {
-      const int i = threadIdx.x + u * NT, r = i / (D / 4), c = i % (D / 4);
-      pk[u] = __ldg(reinterpret_cast<const float4*>(kg + size_t(t0 + r) * D) + c);
-      pv[u] = __ldg(reinterpret_cast<const float4*>(vg + size_t(t0 + r) * D) + c);
-    }
-  };
+  TileChunks<float, NT, PF> next;
   float o[8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  load(0);
+  next.load(kg, vg, 0);
   for (int t0 = 0; t0 < N; t0 += BK) {
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < PF; ++u) {
-      const int i = threadIdx.x + u * NT, r = i / (D / 4), c = i % (D / 4);
-      *reinterpret_cast<float4*>(ks + r * LD + 4 * c) = pk[u];
-      *reinterpret_cast<float4*>(vs + r * LD + 4 * c) = pv[u];
+      *reinterpret_cast<uint4*>(ks + next.row(u) * LD + 4 * next.chunk(u)) = next.k[u];
+      *reinterpret_cast<uint4*>(vs + next.row(u) * LD + 4 * next.chunk(u)) = next.v[u];
     }
     __syncthreads();
-    if (t0 + BK < N) load(t0 + BK);
+    if (t0 + BK < N) next.load(kg, vg, t0 + BK);
     float s[BK / 8][4] = {};
 #pragma unroll
     for (int n = 0; n < BK / 8; ++n)
@@ -224,29 +233,21 @@ __global__ void __launch_bounds__(NW * 32)
   }
   const __nv_bfloat16* kg = K + size_t(h) * N * D;
   const __nv_bfloat16* vg = V + size_t(h) * N * D;
-  uint4 pk[PF], pv[PF];
-  auto load = [&](int t0) {
-#pragma unroll
-    for (int u = 0; u < PF; ++u) {
-      const int i = threadIdx.x + u * NT, r = i / (D / 8), c = i % (D / 8);
-      pk[u] = __ldg(reinterpret_cast<const uint4*>(kg + size_t(t0 + r) * D) + c);
-      pv[u] = __ldg(reinterpret_cast<const uint4*>(vg + size_t(t0 + r) * D) + c);
-    }
-  };
+  TileChunks<__nv_bfloat16, NT, PF> next;
   float o[8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  load(0);
+  next.load(kg, vg, 0);
   for (int t0 = 0; t0 < N; t0 += BK) {
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < PF; ++u) {
-      const int i = threadIdx.x + u * NT, r = i / (D / 8), c = i % (D / 8);
-      *reinterpret_cast<uint4*>(ks + r * LDK + 8 * c) = pk[u];
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&pv[u]);
+      const int r = next.row(u), c = next.chunk(u);
+      *reinterpret_cast<uint4*>(ks + r * LDK + 8 * c) = next.k[u];
+      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&next.v[u]);
 #pragma unroll
       for (int x = 0; x < 8; ++x) vt[(8 * c + x) * LDV + r] = e[x];
     }
     __syncthreads();
-    if (t0 + BK < N) load(t0 + BK);
+    if (t0 + BK < N) next.load(kg, vg, t0 + BK);
     float s[BK / 8][4] = {};
 #pragma unroll
     for (int n = 0; n < BK / 8; ++n)
@@ -331,6 +332,15 @@ static void check(const char* name, const std::vector<float>& Qh, const std::vec
   std::printf("%s: max |O - ref| %.3g over 48 samples (max |ref| %.3g)\n", name, err, ref_max);
 }
 
+/// A device copy of v.
+template <class E>
+static const E* upload(const std::vector<E>& v) {
+  E* d;
+  CK(cudaMalloc(&d, v.size() * sizeof(E)));
+  CK(cudaMemcpy(d, v.data(), v.size() * sizeof(E), cudaMemcpyHostToDevice));
+  return d;
+}
+
 int main(int argc, char** argv) {
   const int H = argc > 1 ? std::atoi(argv[1]) : 8, N = argc > 2 ? std::atoi(argv[2]) : 4096;
   once = argc > 3;
@@ -344,32 +354,29 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> dist(0.f, 1.f);
   for (auto* v : {&Qh, &Kh, &Vh})
     for (auto& x : *v) x = dist(gen);
-  float *Q, *K, *V, *O;
-  CK(cudaMalloc(&Q, n * 4));
-  CK(cudaMalloc(&K, n * 4));
-  CK(cudaMalloc(&V, n * 4));
+  float* O;
   CK(cudaMalloc(&O, n * 4));
-  CK(cudaMemcpy(Q, Qh.data(), n * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(K, Kh.data(), n * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(V, Vh.data(), n * 4, cudaMemcpyHostToDevice));
+  const float *Q = upload(Qh), *K = upload(Kh), *V = upload(Vh);
   const double scale = 1.0 / std::sqrt(double(D));
   const float scale_log2 = float(scale * 1.4426950408889634);
   const double flop = 4.0 * H * double(N) * N * D;
   std::vector<float> out(n);
   std::printf("probe: H %d, N %d, D %d; %.1f GFLOP per call\n", H, N, D, flop * 1e-9);
 
-  auto run32 = [&](auto kernel, int NW, const char* name) {
+  // One variant on the device inputs q, k, v, checked against fp64 on the values qr, kr, vr.
+  const auto run = [&](auto kernel, int NW, const char* name, auto q, auto k, auto v, const std::vector<float>& qr,
+                       const std::vector<float>& kr, const std::vector<float>& vr) {
     const dim3 grid(N / (16 * NW), H);
     CK(cudaMemset(O, 0, n * 4));
-    const double ms = time_ms([&] { kernel<<<grid, NW * 32>>>(Q, K, V, O, N, scale_log2); }, 20);
+    const double ms = time_ms([&] { kernel<<<grid, NW * 32>>>(q, k, v, O, N, scale_log2); }, 20);
     CK(cudaMemcpy(out.data(), O, n * 4, cudaMemcpyDeviceToHost));
     std::printf("%s: %.3f ms, %.1f TFLOP/s\n", name, ms, flop / ms * 1e-9);
-    check(name, Qh, Kh, Vh, out, H, N, scale);
+    check(name, qr, kr, vr, out, H, N, scale);
   };
-  run32(fwd_fp32<32, 4>, 4, "fp32 3xTF32 BK=32 4 warps");
-  run32(fwd_fp32<64, 4>, 4, "fp32 3xTF32 BK=64 4 warps");
-  run32(fwd_fp32<32, 8>, 8, "fp32 3xTF32 BK=32 8 warps");
-  run32(fwd_fp32<64, 8>, 8, "fp32 3xTF32 BK=64 8 warps");
+  run(fwd_fp32<32, 4>, 4, "fp32 3xTF32 BK=32 4 warps", Q, K, V, Qh, Kh, Vh);
+  run(fwd_fp32<64, 4>, 4, "fp32 3xTF32 BK=64 4 warps", Q, K, V, Qh, Kh, Vh);
+  run(fwd_fp32<32, 8>, 8, "fp32 3xTF32 BK=32 8 warps", Q, K, V, Qh, Kh, Vh);
+  run(fwd_fp32<64, 8>, 8, "fp32 3xTF32 BK=64 8 warps", Q, K, V, Qh, Kh, Vh);
 
   // bf16: the same values rounded to bf16, the reference on the rounded values.
   std::vector<__nv_bfloat16> Qb(n), Kb(n), Vb(n);
@@ -382,23 +389,9 @@ int main(int argc, char** argv) {
     Kr[i] = __bfloat162float(Kb[i]);
     Vr[i] = __bfloat162float(Vb[i]);
   }
-  __nv_bfloat16 *Qd, *Kd, *Vd;
-  CK(cudaMalloc(&Qd, n * 2));
-  CK(cudaMalloc(&Kd, n * 2));
-  CK(cudaMalloc(&Vd, n * 2));
-  CK(cudaMemcpy(Qd, Qb.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(Kd, Kb.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(Vd, Vb.data(), n * 2, cudaMemcpyHostToDevice));
-  auto run16 = [&](auto kernel, int NW, const char* name) {
-    const dim3 grid(N / (16 * NW), H);
-    CK(cudaMemset(O, 0, n * 4));
-    const double ms = time_ms([&] { kernel<<<grid, NW * 32>>>(Qd, Kd, Vd, O, N, scale_log2); }, 20);
-    CK(cudaMemcpy(out.data(), O, n * 4, cudaMemcpyDeviceToHost));
-    std::printf("%s: %.3f ms, %.1f TFLOP/s\n", name, ms, flop / ms * 1e-9);
-    check(name, Qr, Kr, Vr, out, H, N, scale);
-  };
-  run16(fwd_bf16<32, 4>, 4, "bf16 mma BK=32 4 warps");
-  run16(fwd_bf16<64, 4>, 4, "bf16 mma BK=64 4 warps");
-  run16(fwd_bf16<64, 8>, 8, "bf16 mma BK=64 8 warps");
+  const __nv_bfloat16 *Qd = upload(Qb), *Kd = upload(Kb), *Vd = upload(Vb);
+  run(fwd_bf16<32, 4>, 4, "bf16 mma BK=32 4 warps", Qd, Kd, Vd, Qr, Kr, Vr);
+  run(fwd_bf16<64, 4>, 4, "bf16 mma BK=64 4 warps", Qd, Kd, Vd, Qr, Kr, Vr);
+  run(fwd_bf16<64, 8>, 8, "bf16 mma BK=64 8 warps", Qd, Kd, Vd, Qr, Kr, Vr);
   return 0;
 }
