@@ -12,8 +12,9 @@
 # Output goes to $KFLASH_GPU_OUT (default: out/ beside this script), at most 9 files: tests.log,
 # bench.log, bench/results.json, bench/summary.png, peers.log, torch_peers.json, probe.log, ncu.log,
 # sanitize.log.
-# KFLASH_GPU_PARTS chooses parts ("tests bench peers ncu sanitize" by default); each has a time limit
-# in seconds, KFLASH_GPU_<PART>_TIMEOUT. Exit status 1 when a test, the bench or a sanitizer fails.
+# KFLASH_GPU_PARTS chooses parts ("tests bench peers probe ncu sanitize" by default); each has a
+# time limit in seconds, KFLASH_GPU_<PART>_TIMEOUT. Exit status 1 when a test, the bench or a
+# sanitizer fails.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${KFLASH_GPU_OUT:-$here/out}
