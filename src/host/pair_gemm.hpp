@@ -170,6 +170,94 @@ KFLASH_IMPL_BF16_TARGET inline void rows_nt(const std::uint16_t* a, index_t lda,
   });
 }
 
+/// rows_nt for at most lane_rows rows of a and K a multiple of 4 (decode's query rows of a GQA
+/// group against K's rows in place), with no sum across a vector's lanes: lanes 2r and 2r + 1 of
+/// a vector hold row r's pairs 2p and 2p + 1 (its 4 values from 4p, `chunk` p, gathered once per
+/// call), each key's chunk p is broadcast to every lane pair, and each of 8 keys at a time has an
+/// accumulator. A key's score of row r is the sum of its lanes 2r and 2r + 1: 8 keys' sums are
+/// laid out by rows with 16 shuffles and adds (rows_nt sums each product's 16 lanes by a tree,
+/// about 3 vector operations a product).
+struct LaneRowsNt {
+  static constexpr index_t lane_rows = 8;
+  static constexpr index_t max_chunks = 64;  // K up to 256
+  static bool takes(index_t M, index_t K) { return M <= lane_rows && K % 4 == 0 && K / 4 <= max_chunks; }
+
+  KFLASH_IMPL_BF16_TARGET static void apply(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
+                                            float* c, index_t ldc, index_t M, index_t N, index_t K, float scale,
+                                            const std::uint16_t* next, index_t next_rows) {
+    const index_t chunks = K / 4;
+    alignas(64) __m512i q[max_chunks];
+    const __mmask8 rows = __mmask8((1u << M) - 1);
+    const long long row_bytes = 2 * lda;
+    const __m512i offsets = _mm512_setr_epi64(0, row_bytes, 2 * row_bytes, 3 * row_bytes, 4 * row_bytes, 5 * row_bytes,
+                                              6 * row_bytes, 7 * row_bytes);
+    for (index_t p = 0; p < chunks; ++p)
+      q[p] = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), rows, offsets, a + 4 * p, 1);
+    if (next == nullptr) next_rows = 0;
+    index_t j = 0;
+    for (; j + 8 <= N; j += 8) {
+      const index_t ahead = next_rows > j ? (next_rows - j < 8 ? next_rows - j : 8) : 0;
+      block(q, chunks, b + j * ldb, ldb, c + j, ldc, M, 8, scale, next + j * ldb, ahead);
+    }
+    if (j < N) {  // the last keys from a copy padded with zeros, so that the block reads whole rows
+      alignas(64) std::uint16_t rest[8 * 4 * max_chunks] = {};
+      for (index_t k = 0; k < N - j; ++k)
+        for (index_t d = 0; d < K; ++d) rest[k * K + d] = b[(j + k) * ldb + d];
+      block(q, chunks, rest, K, c + j, ldc, M, N - j, scale, nullptr, 0);
+    }
+  }
+
+  /// 8 keys' scores (rows b + k ldb, the first `keys` stored), asking for rows [0, ahead) of next.
+  KFLASH_IMPL_BF16_TARGET static void block(const __m512i* q, index_t chunks, const std::uint16_t* b, index_t ldb,
+                                            float* c, index_t ldc, index_t M, index_t keys, float scale,
+                                            const std::uint16_t* next, index_t ahead) {
+    __m512 acc[8];
+    for (int k = 0; k < 8; ++k) acc[k] = _mm512_setzero_ps();
+    for (index_t p = 0; p < chunks; ++p) {
+      if (p % 8 == 0)  // a 64-byte line of each row: the next tile's same rows
+        for (int k = 0; k < 8; ++k)
+          if (k < ahead) prefetch_l2(next + k * ldb + 4 * p);
+      for (int k = 0; k < 8; ++k) {
+        long long chunk;
+        __builtin_memcpy(&chunk, b + k * ldb + 4 * p, sizeof chunk);
+        acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)q[p], (__m512bh)_mm512_set1_epi64(chunk));
+      }
+    }
+    store(acc, c, ldc, M, keys, scale);
+  }
+
+  /// c[r ldc + k] = scale (the sum of lanes 2r and 2r + 1 of acc[k]), r < M, k < keys.
+  KFLASH_IMPL_BF16_TARGET static void store(const __m512 (&acc)[8], float* c, index_t ldc, index_t M, index_t keys,
+                                            float scale) {
+    // u[i], 128-bit block b: rows 2b and 2b + 1 of keys 2i, then of key 2i + 1.
+    __m512 u[4];
+    for (int i = 0; i < 4; ++i)
+      u[i] = _mm512_add_ps(_mm512_shuffle_ps(acc[2 * i], acc[2 * i + 1], 0x88),
+                           _mm512_shuffle_ps(acc[2 * i], acc[2 * i + 1], 0xDD));
+    // Block b of even[h] (odd[h]): row 2b (2b + 1), keys 4h to 4h + 3.
+    const __m512 even[2] = {_mm512_shuffle_ps(u[0], u[1], 0x88), _mm512_shuffle_ps(u[2], u[3], 0x88)};
+    const __m512 odd[2] = {_mm512_shuffle_ps(u[0], u[1], 0xDD), _mm512_shuffle_ps(u[2], u[3], 0xDD)};
+    // Rows (2b, 2b + 2) of even blocks b = 0, 2 (rows 0, 2 and 4, 6), the same of odd (1, 3 and 5, 7).
+    const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i high = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512 s = _mm512_set1_ps(scale);
+    const __m512 pairs[4] = {_mm512_mul_ps(_mm512_permutex2var_ps(even[0], low, even[1]), s),   // rows 0, 2
+                             _mm512_mul_ps(_mm512_permutex2var_ps(odd[0], low, odd[1]), s),     // rows 1, 3
+                             _mm512_mul_ps(_mm512_permutex2var_ps(even[0], high, even[1]), s),  // rows 4, 6
+                             _mm512_mul_ps(_mm512_permutex2var_ps(odd[0], high, odd[1]), s)};   // rows 5, 7
+    // A row in the upper half is stored from 8 floats before it, through the mask of its lanes
+    // (masked lanes are not accessed).
+    const __mmask16 valid = __mmask16((1u << keys) - 1);
+    for (index_t r = 0; r < M; ++r) {
+      const __m512& v = pairs[(r / 4) * 2 + r % 2];
+      if ((r / 2) % 2 == 0)
+        _mm512_mask_storeu_ps(c + r * ldc, valid, v);
+      else
+        _mm512_mask_storeu_ps(c + r * ldc - 8, __mmask16(valid << 8), v);
+    }
+  }
+};
+
 /// The order rows_pairs' products leave 32 columns in: unpacking two rows' 16-bit values by
 /// _mm512_unpacklo_epi16 pairs columns 0-3, 8-11, 16-19 and 24-27 (`low`), _mm512_unpackhi_epi16
 /// the others (`high`, each 4 more); `back` (and 8 more) gives columns 0-15 (16-31) from the two.
@@ -380,6 +468,10 @@ struct TilePairs {
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
 
   KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
+    if (t.k16 != nullptr && LaneRowsNt::takes(t.rows, t.D)) {  // K's rows in place, a few query rows
+      LaneRowsNt::apply(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.score_scale, t.k16_next, t.nk_next);
+      return;
+    }
     if (t.k16 != nullptr) {  // K's rows in place
       rows_nt<HostTraits::dot_block, HostTraits::dot_block>(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
                                                             t.score_scale, t.k16_next, t.nk_next);
