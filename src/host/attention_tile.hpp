@@ -6,7 +6,7 @@
 
 #include "gemm.hpp"
 #include "half_rows.hpp"
-#include "pair_gemm.hpp"
+#include "tile_pairs.hpp"
 #include "vector_lanes.hpp"
 
 #include <cstdint>
@@ -74,7 +74,7 @@ void with_operand16(Storage16 format, F&& f) {
   std::abort();
 }
 
-/// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, pair_gemm.hpp);
+/// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, tile_pairs.hpp);
 /// void in the variants without bf16 products, which are never given such tiles.
 template <class T, int VB, class Pairs>
 void attention_tile_steps(const AttentionTile<T>& t) {

@@ -282,7 +282,7 @@ struct AttentionTile {
   Storage16 format = Storage16::bf16;
   /// bf16 pairs (T = float, q16 not null; only where bf16_products()): both products take bf16
   /// operands in pairs, the layout of the hardware's bf16 products, instead of q, k, kt and v
-  /// (src/host/pair_gemm.hpp); the weights are rounded to bf16 for P V, as the hardware takes them:
+  /// (src/host/tile_pairs.hpp); the weights are rounded to bf16 for P V, as the hardware takes them:
   ///   q16: the block's rows of Q, unscaled, d16 values a row (D rounded up to 32, zeros past D);
   ///        s = (q16 K^T) score_scale;
   ///   k_pairs: K in pairs of dimensions: row p of d16 / 2 (2 ldk_pairs values apart) holds the

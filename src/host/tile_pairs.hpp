@@ -1,0 +1,69 @@
+// The host kernels' attention tile on bf16 operands: its two products on K and V staged in pairs
+// (pair_gemm.hpp) or on their rows read in place (pair_rows.hpp).
+#pragma once
+
+#include "pair_gemm.hpp"
+#include "pair_rows.hpp"
+
+#include <cstdint>
+
+#include <kflash/impl/host/host_kernels.hpp>
+
+namespace kflash::impl::host::internal {
+
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+/// An attention tile's products on bf16 pairs (AttentionTile's q16) with the products of P
+/// (BlockPairs<DotPairs>, AmxPairs) on K and V staged in pairs, or with rows_nt and rows_pairs on
+/// K's and V's rows in place (k16, v16), within a Session (P's) the caller holds around the tile:
+///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as the
+///           products are stored);
+///   weights: P's rows [r0, r0 + g) = the weights left in s rounded to bf16 (zeros from key nk to
+///           the next step of pair_keys), called for each group of rows as its tile step ends
+///           (its weights still in L1);
+///   update: o += P V.
+template <class P>
+struct TilePairs {
+  /// Keys of a tile's product in bf16 pairs are counted in steps of this many (AMX's depth: 16 pairs).
+  static constexpr index_t pair_keys = 32;
+  using Session = typename P::Session;
+  static_assert(HostTraits::attention_pad % pair_keys == 0 && HostTraits::block_k_bf16 % pair_keys == 0,
+                "kflash: the tiles' keys and padding must be whole steps of the bf16 pairs' products");
+
+  static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
+
+  KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
+    if (t.k16 != nullptr && LaneRowsNt::takes(t.rows, t.D)) {  // K's rows in place, a few query rows
+      LaneRowsNt::apply(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.score_scale, t.k16_next, t.nk_next);
+      return;
+    }
+    if (t.k16 != nullptr) {  // K's rows in place
+      rows_nt<HostTraits::dot_block, HostTraits::dot_block>(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
+                                                            t.score_scale, t.k16_next, t.nk_next);
+      return;
+    }
+    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false, t.score_scale);
+  }
+
+  static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
+
+  KFLASH_IMPL_BF16_TARGET static void weights(const AttentionTile<float>& t, index_t r0, index_t g) {
+    const index_t nk = keys_in_steps(t);
+    for (index_t r = r0; r < r0 + g; ++r) {
+      std::uint16_t* p = t.p16 + r * t.bk;
+      narrow_bf16(t.s + r * t.bk, p, t.nk);
+      for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
+    }
+  }
+
+  KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
+    if (t.v16 != nullptr) {  // V's rows in place
+      rows_pairs(t.p16, t.bk, t.v16, t.ldv, t.o, t.dvp, t.rows, t.dvp, t.dv, t.nk, t.v16_next, t.nk_next);
+      return;
+    }
+    const index_t nk = keys_in_steps(t);
+    P::gemm(t.p16, t.bk, t.v_pairs, 2 * t.dvp, t.o, t.dvp, rows16(t), t.dvp, nk / 2, true);
+  }
+};
+#endif
+
+}  // namespace kflash::impl::host::internal
