@@ -93,9 +93,13 @@ struct LaneRowsNt {
   static constexpr index_t max_chunks = 64;  // K up to 256
   static bool takes(index_t M, index_t K) { return M <= lane_rows && K % 4 == 0 && K / 4 <= max_chunks; }
 
-  KFLASH_IMPL_BF16_TARGET static void apply(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
-                                            float* c, index_t ldc, index_t M, index_t N, index_t K, float scale,
-                                            const std::uint16_t* next, index_t next_rows) {
+  /// Out of line: inlined into the attention tile, its row pointers went to vector registers and
+  /// the stack (GCC 12).
+  __attribute__((noinline)) KFLASH_IMPL_BF16_TARGET static void apply(const std::uint16_t* a, index_t lda,
+                                                                      const std::uint16_t* b, index_t ldb, float* c,
+                                                                      index_t ldc, index_t M, index_t N, index_t K,
+                                                                      float scale, const std::uint16_t* next,
+                                                                      index_t next_rows) {
     const index_t chunks = K / 4;
     alignas(64) __m512i q[max_chunks];
     const __mmask8 rows = __mmask8((1u << M) - 1);
@@ -122,19 +126,29 @@ struct LaneRowsNt {
   KFLASH_IMPL_BF16_TARGET static void block(const __m512i* q, index_t chunks, const std::uint16_t* b, index_t ldb,
                                             float* c, index_t ldc, index_t M, index_t keys, float scale,
                                             const std::uint16_t* next, index_t ahead) {
-    __m512 acc[8];
-    for (int k = 0; k < 8; ++k) acc[k] = _mm512_setzero_ps();
-    for (index_t p = 0; p < chunks; ++p) {
+    // Two accumulators a key (even and odd chunks): 16 chains of products rather than 8, so that
+    // the products' latency does not bound their rate.
+    __m512 acc[2][8];
+    for (int k = 0; k < 8; ++k) acc[0][k] = acc[1][k] = _mm512_setzero_ps();
+    for (index_t p = 0; p < chunks; p += 2) {
       if (p % 8 == 0)  // a 64-byte line of each row: the next tile's same rows
         for (int k = 0; k < 8; ++k)
           if (k < ahead) prefetch_l2(next + k * ldb + 4 * p);
-      for (int k = 0; k < 8; ++k) {
-        long long chunk;
-        __builtin_memcpy(&chunk, b + k * ldb + 4 * p, sizeof chunk);
-        acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)q[p], (__m512bh)_mm512_set1_epi64(chunk));
-      }
+      add_chunk(q[p], b + 4 * p, ldb, acc[0]);
+      if (p + 1 < chunks) add_chunk(q[p + 1], b + 4 * p + 4, ldb, acc[1]);
     }
-    store(acc, c, ldc, M, keys, scale);
+    for (int k = 0; k < 8; ++k) acc[0][k] = _mm512_add_ps(acc[0][k], acc[1][k]);
+    store(acc[0], c, ldc, M, keys, scale);
+  }
+
+  /// sums[k] += the products of q's lanes with key k's chunk (at b + k ldb) broadcast to each lane pair.
+  KFLASH_IMPL_BF16_TARGET static void add_chunk(const __m512i& q, const std::uint16_t* b, index_t ldb,
+                                                __m512 (&sums)[8]) {
+    for (int k = 0; k < 8; ++k) {
+      long long chunk;
+      __builtin_memcpy(&chunk, b + k * ldb, sizeof chunk);
+      sums[k] = _mm512_dpbf16_ps(sums[k], (__m512bh)q, (__m512bh)_mm512_set1_epi64(chunk));
+    }
   }
 
   /// c[r ldc + k] = scale (the sum of lanes 2r and 2r + 1 of acc[k]), r < M, k < keys.
@@ -205,11 +219,11 @@ KFLASH_IMPL_BF16_TARGET inline __m512i value_row(const std::uint16_t* b, __mmask
 }
 
 /// R rows by 32 columns of rows_pairs (b's first `valid` columns where not Whole: the others add
-/// zeros), asking for rows [0, next_rows) of next (the same columns).
+/// zeros), asking for the lines next + k next_ld, k in [0, next_rows).
 template <int R, bool Whole>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
                                                      index_t ldb, float* c, index_t ldc, index_t K, __mmask32 valid,
-                                                     const std::uint16_t* next, index_t next_rows) {
+                                                     const std::uint16_t* next, index_t next_ld, index_t next_rows) {
   const PairColumns order;
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) {
@@ -219,8 +233,8 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
   }
   index_t k = 0;
   for (; k + 2 <= K; k += 2) {
-    if (k < next_rows) prefetch_l2(next + k * ldb);
-    if (k + 1 < next_rows) prefetch_l2(next + (k + 1) * ldb);
+    if (k < next_rows) prefetch_l2(next + k * next_ld);
+    if (k + 1 < next_rows) prefetch_l2(next + (k + 1) * next_ld);
     const __m512i x = value_row<Whole>(b + k * ldb, valid), y = value_row<Whole>(b + (k + 1) * ldb, valid);
     rows_pairs_step<R>(a + k, lda, x, y, acc);
   }
@@ -238,13 +252,15 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
 template <int R, bool Whole>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_strip(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
                                                      index_t ldb, float* c, index_t ldc, index_t M, index_t K,
-                                                     __mmask32 valid, const std::uint16_t* next, index_t next_rows) {
+                                                     __mmask32 valid, const std::uint16_t* next, index_t next_ld,
+                                                     index_t next_rows) {
   index_t i = 0;
   for (; i + R <= M; i += R, next_rows = 0)
-    rows_pairs_block<R, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, valid, next, next_rows);
+    rows_pairs_block<R, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, valid, next, next_ld, next_rows);
   if constexpr (R > 1)
     if (i < M)
-      rows_pairs_strip<R / 2, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, valid, next, next_rows);
+      rows_pairs_strip<R / 2, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, valid, next, next_ld,
+                                     next_rows);
 }
 
 /// The strips of rows_pairs past b's last whole 32 columns, kept out of line: inlined beside the
@@ -254,19 +270,27 @@ __attribute__((noinline)) KFLASH_IMPL_BF16_TARGET inline void rows_pairs_tail(
     index_t N, index_t cols, index_t K, index_t j, const std::uint16_t* next, index_t next_rows) {
   for (; j < N; j += 32) {
     const __mmask32 valid = j < cols ? __mmask32((1u << (cols - j)) - 1) : 0;
-    rows_pairs_strip<HostTraits::dot_rows, false>(a, lda, b + j, ldb, c + j, ldc, M, K, valid, next + j, next_rows);
+    rows_pairs_strip<HostTraits::dot_rows, false>(a, lda, b + j, ldb, c + j, ldc, M, K, valid, next + j, ldb,
+                                                  next_rows);
   }
 }
 
 /// c (M x N, N a multiple of 32) += a (M x K weights, bf16) b (K x cols values, bf16, rows ldb
-/// apart): b's columns past cols are not read, and c's add zeros.
+/// apart): b's columns past cols are not read, and c's add zeros. Rows [0, next_rows) of next are
+/// asked for into L2 as the strips go: where they lie end to end (ldb == cols, whole strips), in
+/// address order, strip s the lines from s next_rows on (a strip's own columns of each row, 256 or
+/// more bytes apart, were about 15 % slower to stream from memory); otherwise each strip its
+/// columns of each row.
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
                                                float* c, index_t ldc, index_t M, index_t N, index_t cols, index_t K,
                                                const std::uint16_t* next, index_t next_rows) {
   if (next == nullptr) next = b, next_rows = 0;
+  const bool end_to_end = ldb == cols && cols % 32 == 0;
   index_t j = 0;
   for (; j + 32 <= cols; j += 32)
-    rows_pairs_strip<HostTraits::dot_rows, true>(a, lda, b + j, ldb, c + j, ldc, M, K, 0, next + j, next_rows);
+    rows_pairs_strip<HostTraits::dot_rows, true>(a, lda, b + j, ldb, c + j, ldc, M, K, 0,
+                                                 end_to_end ? next + j * next_rows : next + j, end_to_end ? 32 : ldb,
+                                                 next_rows);
   if (j < N) rows_pairs_tail(a, lda, b, ldb, c, ldc, M, N, cols, K, j, next, next_rows);
 }
 #endif
