@@ -133,6 +133,18 @@ std::vector<std::vector<T>> adversarial_rows(std::size_t cols) {
   { auto r = base(7); for (std::size_t i = 0; i < cols; i += 3) r[i] = -inf<T>; rows.push_back(r); }
   // Increasing values: the running maximum changes at every element.
   { std::vector<T> r(cols); for (std::size_t i = 0; i < cols; ++i) r[i] = T(i) * T(0.01); rows.push_back(r); }
+  // The host's tiles (512 elements) each 10 above the last: each is kept against the running
+  // maximum with weights above 1, and the early ones' factor exp(tile reference - row maximum)
+  // falls below fp32's smallest normal number while their probabilities do not.
+  { auto r = base(8); for (std::size_t i = 0; i < cols; ++i) r[i] = T(10 * (i / 512)) + r[i] / 8; rows.push_back(r); }
+  // A second tile 12 above the first, kept against its maximum, then a maximum 95 above the first:
+  // the second tile's factor is e^-95 (flushed in fp32), its probabilities near e^-83.
+  {
+    auto r = base(9);
+    for (std::size_t i = 0; i < cols; ++i) r[i] = (i / 512 == 1 ? T(12) : T(0)) + r[i] / 8;
+    r[cols - 1] = T(95);
+    rows.push_back(r);
+  }
   return rows;
 }
 

@@ -10,6 +10,7 @@
 #include <kflash/impl/host/host_kernels.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace kflash::impl::host::internal {
@@ -29,6 +30,11 @@ template <class T>
 struct Scaled {  // softmax's weights, stored in the state pass
   T factor;
   T operator()(T v) const { return v * factor; }
+};
+template <class T>
+struct ScaledTwice {  // the same, the factor split in two (scale_pass_beside)
+  T first, factor;
+  T operator()(T v) const { return (v * first) * factor; }
 };
 
 template <class T>
@@ -182,10 +188,10 @@ struct StatePass {
       if (w == nullptr) {
         kept = rows.add_against_running_max(b, e, value, NoStore<T>{}, rows.slack, ref);
       } else if (!in_place()) {
-        kept = rows.add_against_running_max(b, e, value, Store<T>{w}, T(0), ref);
+        kept = rows.add_against_running_max(b, e, value, Store<T>{w}, rows.stored_slack, ref);
       } else {
         T buf[HostTraits::tile];
-        kept = rows.add_against_running_max(b, e, value, TileBufferStore<T>{buf, b}, T(0), ref);
+        kept = rows.add_against_running_max(b, e, value, TileBufferStore<T>{buf, b}, rows.stored_slack, ref);
         if (kept)
           for (index_t i = b; i < e; ++i) w[i] = buf[i - b];
       }
@@ -351,11 +357,23 @@ void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, Sta
 /// scaled before `beside` computes it). y may be done's w (in place).
 template <class T, int VB, class B>
 void scale_pass_beside(const StatePass<T, VB, B>& done, B* y, bool stream, StatePass<T, VB, B>* beside) {
+  using Tiles = decltype(done.rows);
   const T inv_sum = SoftmaxNormalizer<T>(done.state()).inv_sum;
+  const T row_max = done.state().max;
   for (index_t b = 0; b < done.n; b += HostTraits::tile) {
     const index_t e = b + HostTraits::tile < done.n ? b + HostTraits::tile : done.n;
-    const T f = SoftmaxState<T>::weight(done.tile_max[b / HostTraits::tile], done.state().max) * inv_sum;
-    write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
+    const T ref = done.tile_max[b / HostTraits::tile];
+    const T f = SoftmaxState<T>::weight(ref, row_max) * inv_sum;
+    if (f < std::numeric_limits<T>::min() && is_finite(row_max)) {
+      // A weight up to e^stored_slack times a subnormal (or flushed) factor would lose the
+      // probabilities down to the smallest normal number: the weights are scaled down by
+      // e^-stored_slack first, then by the factor that much larger (still at most 1: f is tiny).
+      const T first = exp_nonpositive(-Tiles::stored_slack);
+      const T factor = exp_nonpositive(ref - row_max + Tiles::stored_slack) * inv_sum;
+      write_pass<T, VB>(done.w + b, y + b, e - b, ScaledTwice<T>{first, factor}, stream, false);
+    } else {
+      write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
+    }
     if (beside != nullptr) beside->tile(b);
   }
   if (stream) Stream<T, VB>::fence();

@@ -248,10 +248,14 @@ template <class Lanes, class T>
 struct RowTiles {
   /// The slack of tiles whose weights are only summed: weights against the running maximum stay
   /// below e^64, inside every exp's range (fp32's ends near e^88) with room for a tile's sum.
-  /// Stored weights get none: softmax scales them by exp(reference - row maximum), which would
-  /// underflow for probabilities near the smallest normal number if the reference were below
-  /// their tile's maximum.
   static constexpr T slack = T(64);
+  /// The slack of tiles whose weights are stored for softmax's scale pass (weights below e^16): a
+  /// tile whose maximum only slightly exceeds the running one (normally distributed scores, half
+  /// the second tiles) is then kept rather than computed twice. The scale pass multiplies the
+  /// weights by exp(reference - row maximum) / l; where that factor is below the smallest normal
+  /// number it splits it, e^-16 first (scale_pass_beside), so that no weight above 1 meets a
+  /// subnormal factor.
+  static constexpr T stored_slack = T(16);
   SoftmaxState<T> state = SoftmaxState<T>::identity();
   index_t tiles = 0;
   index_t computed_twice = 0;  ///< tiles tried against the running maximum and declined
@@ -264,7 +268,7 @@ struct RowTiles {
 
   /// Adds the tile [b, e) against the running maximum, handing store its weights against it, and
   /// returns true with that reference in `ref`; returns false and adds nothing if a value is above
-  /// it by more than `allowed` (slack, or 0 for stored weights; store may then have been called
+  /// it by more than `allowed` (slack, or stored_slack for stored weights; store may then have been called
   /// with meaningless weights).
   template <class F, class Store>
   KOKKOS_INLINE_FUNCTION bool add_against_running_max(index_t b, index_t e, const F& value, const Store& store,
