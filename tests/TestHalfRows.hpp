@@ -125,6 +125,18 @@ void check_half_rows() {
   special[4 * 1500 + 600] = big;                              // row 4: a maximum far above the rest
   check_half_matrix<H, Kokkos::LayoutRight>(5, 1500, halves<H>(special), "special long");
 
+  // Tiles (the host's: 512 elements) kept against a running maximum they exceed, their weights
+  // above 1: row 0's tiles each 15 above the last, row 1's second tile 12 above the first and a
+  // maximum 95 above it at the end. The early tiles' factor exp(reference - row maximum) is below
+  // fp32's smallest normal number while bf16 probabilities near e^-75 are normal.
+  std::vector<float> rising = normal_values<float>(2 * 4096, 20, 1.0);
+  for (std::size_t c = 0; c < 4096; ++c) {
+    rising[c] = float(15 * (c / 512)) + rising[c] / 8;
+    rising[4096 + c] = (c / 512 == 1 ? 12.0f : 0.0f) + rising[4096 + c] / 8;
+  }
+  rising[2 * 4096 - 1] = 95.0f;
+  check_half_matrix<H, Kokkos::LayoutRight>(2, 4096, halves<H>(rising), "rising tiles");
+
   // A rank-1 View is one row (split into chunks for several threads).
   using Exec = TEST_EXECSPACE;
   const std::vector<H> host = halves<H>(normal_values<float>(140001, 15, 2.0));
