@@ -35,7 +35,7 @@ void check_cross_entropy_input(const char* function, const Exec& exec, const Log
                                                  options.ignore_index, "kflash::cross_entropy check_targets");
   kflash::impl::require_targets_in(total, kflash::impl::index_t(logits.extent(0)),
                                    kflash::impl::index_t(logits.extent(1)),
-                                   "'" + kflash::impl::describe("logits", logits) + "' extent 1", options.ignore_index,
+                                   kflash::impl::vocabulary_of(logits), options.ignore_index,
                                    function, "nothing was written");
 }
 

@@ -251,7 +251,9 @@ TYPED_TEST(AttentionOptionsTest, BlockMask) {
     ASSERT_EQ(hl(0, 1, i), -inf<T>) << "row " << i;
     ASSERT_EQ(ho(0, 1, i, 3), T(0)) << "row " << i;
   }
-  expect_invalid([&] { kflash::attention(AExec(), q, k, v, o, base); }, {"options.block_mask (2, 4, 13, 13)", "Hq or 1"});
+  expect_invalid([&] { kflash::attention(AExec(), q, k, v, o, base); },
+                 {"options.block_mask (2, 4, 13, 13)",
+                  "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (1, 2 or 1, 13, 13)"});
   skip.block_mask_k = 0;
   expect_invalid([&] { kflash::attention(AExec(), q, k, v, o, skip); }, {"block_mask_k", "0"});
 }

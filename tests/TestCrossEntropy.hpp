@@ -150,7 +150,8 @@ TYPED_TEST(CrossEntropyTest, Errors) {
   // row is named.
   const auto bad = make_vector<std::int64_t, TEST_EXECSPACE>({1, 7, 2, -3});
   expect_invalid([&] { kflash::cross_entropy(TEST_EXECSPACE(), logits, bad, loss); },
-                 {"kflash::cross_entropy", "targets(1) = 7", "[0, 5)", "ignore_index (-100)"});
+                 {"kflash::cross_entropy", "targets(1) = 7", "[0, 5) (the vocabulary: 'logits (4, 5)' extent 1)",
+                  "ignore_index (-100)"});
   const auto got = to_host(loss);
   EXPECT_TRUE(std::isnan(got[1]) && std::isnan(got[3]));
   for (std::size_t r : {std::size_t(0), std::size_t(2)}) {

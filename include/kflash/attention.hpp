@@ -52,7 +52,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
   }
   require_disjoint_from_options(fn, "o", o, opt);
   static_check_attention_views<ExecSpace, QV, KV, VV, OV, LV, Written::value, true, ArithOut::value>();
-  const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
+  const auto names = shape_names(q, k, v, o, lse);
   if constexpr (view_rank<QV> == 3 && view_rank<KV> == 3 && view_rank<VV> == 3 && view_rank<OV> == 3 &&
                 view_rank<LV> == 2) {
     if (!varlen) return;  // require_rank threw
@@ -61,8 +61,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     std::size_t eq[4], ek[4], ev[4], eo[4], el[3];
     extents_of(q, eq, {-1, 1, 0, 2}), extents_of(k, ek, {-1, 1, 0, 2}), extents_of(v, ev, {-1, 1, 0, 2});
     extents_of(o, eo, {-1, 1, 0, 2}), extents_of(lse, el, {-1, 0, 1});
-    check_shapes(p, eq, ek, ev, eo, el, has_lse, shapes, describe("o", o), describe("lse", lse),
-                 "(total_q, Hq, Dv)", "(Hq, total_q)");
+    check_shapes(p, eq, ek, ev, eo, el, has_lse, names, "(total_q, Hq, Dv)", "(Hq, total_q)");
     check_options(opt, p);
     if (opt.cu_seqlens_q.empty() || opt.cu_seqlens_k.empty())
       throw_invalid_argument(fn, std::string("varlen needs both options.cu_seqlens_q and options.cu_seqlens_k; ") +
@@ -103,10 +102,9 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
     if (index_t(v.extent(0)) != pages || index_t(v.extent(1)) != page_size || v.extent(2) != k.extent(2) ||
         k.extent(3) != q.extent(3))
       throw_invalid_argument(fn, "the caches k and v must be shaped (num_pages, page_size, Hk, D) and (num_pages, "
-                                 "page_size, Hk, Dv), with q's D" + shapes);
+                                 "page_size, Hk, Dv), with q's D" + names.shapes());
     ek[0] = ev[0] = eq[0];  // the batch comes from q
-    check_shapes(p, eq, ek, ev, eo, el, has_lse, shapes, describe("o", o), describe("lse", lse), "(B, Hq, Nq, Dv)",
-                 "(B, Hq, Nq)");
+    check_shapes(p, eq, ek, ev, eo, el, has_lse, names, "(B, Hq, Nq, Dv)", "(B, Hq, Nq)");
     check_options(opt, p);
     if (page_size < 16)
       throw_invalid_argument(fn, "paged KV needs a page_size of at least 16, got " + describe("k", k));
@@ -131,7 +129,7 @@ void attention_impl(const ExecSpace& exec, const QV& q, const KV& k, const VV& v
         if (e < 0 || e >= pages)
           throw_invalid_argument(fn, "options.block_table(" + std::to_string(b) + ", " + std::to_string(j) +
                                          ") = " + std::to_string(e) + " is not a page of the caches [0, " +
-                                         std::to_string(pages) + ")" + shapes);
+                                         std::to_string(pages) + ")" + names.shapes());
       }
       if (n > p.Nk) p.Nk = n;
     }

@@ -64,7 +64,7 @@ class AttentionStream {
                                                           "sequence): use attention()");
     B_ = index_t(q_.extent(0)), Hq_ = index_t(q_.extent(1)), Nq_ = index_t(q_.extent(2)), Dv_ = dv;
     sinks_ = option_array<ExecSpace, arith_type>(options.sinks, "options.sinks", {Hq_}, 0,
-                                                 "(Hq) = (" + std::to_string(Hq_) + ")");
+                                                 [this] { return "(Hq) = (" + std::to_string(Hq_) + ")"; });
     sinks_view_ = options.sinks;
     options_.sinks = OptionView();  // sinks join each row once, in result()
     const std::size_t rows = std::size_t(B_ * Hq_ * Nq_);

@@ -38,7 +38,7 @@ void cross_entropy_backward_checked(const ExecSpace& exec, const LogitsView& log
                                                           options.ignore_index,
                                                           LossTerms{options.label_smoothing, options.z_loss});
       require_targets_in(check, index_t(logits.extent(0)), index_t(logits.extent(1)),
-                         "'" + describe("logits", logits) + "' extent 1", options.ignore_index, fn,
+                         vocabulary_of(logits), options.ignore_index, fn,
                          "nothing was written");
     };
     if constexpr (std::is_null_pointer<LseView>::value) run();

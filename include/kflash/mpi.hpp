@@ -149,8 +149,9 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
     const Workspace merged(stats.data(), plan.rows, 1);
     total = run_cross_entropy_loss(exec, merged, targets, loss, shard.cols, options.ignore_index,
                                    LossTerms{options.label_smoothing, options.z_loss}, "kflash::mpi::cross_entropy loss");
-    require_targets_in(total, index_t(logits.extent(0)), shard.cols, "the ranks' logits columns together",
-                       options.ignore_index);
+    require_targets_in(
+        total, index_t(logits.extent(0)), shard.cols, [] { return std::string("the ranks' logits columns together"); },
+        options.ignore_index);
   }
   return total;
 }

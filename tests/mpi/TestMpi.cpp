@@ -198,7 +198,7 @@ TYPED_TEST(MpiTest, ShardedCrossEntropy) {
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("targets(2) = " + std::to_string(vocab) + " is outside [0, " +
-                                         std::to_string(vocab) + ")"),
+                                         std::to_string(vocab) + ") (the vocabulary: the ranks' logits columns together)"),
               std::string::npos)
         << e.what();
   }

@@ -60,25 +60,46 @@ void static_check_attention_views() {
                 "kflash::half_t");
 }
 
+/// q, k, v, o and lse named with their extents for the messages of a failed check, described only
+/// then: built on every call, the strings took about a quarter of a small call's time.
+template <class QV, class KV, class VV, class OV, class LV>
+struct ShapeNames {
+  const QV& q;
+  const KV& k;
+  const VV& v;
+  const OV& o;
+  const LV& lse;
+  std::string shapes() const {
+    return " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
+  }
+};
+
+template <class QV, class KV, class VV, class OV, class LV>
+ShapeNames<QV, KV, VV, OV, LV> shape_names(const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse) {
+  return {q, k, v, o, lse};
+}
+
 /// Checks the shapes of q, k, v, o, lse given as (B, H, N, D) in `e` (each View's extents mapped to
-/// that order by the caller) and fills p's shapes; `shapes` describes the Views for messages.
-inline void check_shapes(AttentionPlan& p, const std::size_t (&q)[4], const std::size_t (&k)[4],
-                         const std::size_t (&v)[4], const std::size_t (&o)[4], const std::size_t (&lse)[3],
-                         bool has_lse, const std::string& shapes, const std::string& o_name,
-                         const std::string& lse_name, const char* o_expected, const char* lse_expected) {
+/// that order by the caller) and fills p's shapes; `names` (ShapeNames) describes the Views for
+/// messages.
+template <class Names>
+void check_shapes(AttentionPlan& p, const std::size_t (&q)[4], const std::size_t (&k)[4], const std::size_t (&v)[4],
+                  const std::size_t (&o)[4], const std::size_t (&lse)[3], bool has_lse, const Names& names,
+                  const char* o_expected, const char* lse_expected) {
   auto fail = [&](const std::string& what) { throw_invalid_argument("attention", what); };
   p.B = q[0], p.Hq = q[1], p.Nq = q[2], p.D = q[3];
   p.Hk = k[1], p.Nk = k[2], p.Dv = v[3];
-  if (k[0] != q[0] || v[0] != q[0]) fail("q, k and v must have the same batch extent B" + shapes);
-  if (index_t(v[1]) != p.Hk) fail("k and v must have the same number of heads Hk" + shapes);
-  if (p.Hk == 0 || p.Hq % p.Hk != 0) fail("the query heads Hq must be a multiple of the key/value heads Hk" + shapes);
-  if (index_t(k[3]) != p.D) fail("q and k must have the same head dimension D" + shapes);
-  if (index_t(v[2]) != p.Nk) fail("k and v must have the same number of keys Nk" + shapes);
-  if (p.D < 1 || p.Dv < 1) fail("head dimensions D and Dv must be at least 1" + shapes);
+  if (k[0] != q[0] || v[0] != q[0]) fail("q, k and v must have the same batch extent B" + names.shapes());
+  if (index_t(v[1]) != p.Hk) fail("k and v must have the same number of heads Hk" + names.shapes());
+  if (p.Hk == 0 || p.Hq % p.Hk != 0)
+    fail("the query heads Hq must be a multiple of the key/value heads Hk" + names.shapes());
+  if (index_t(k[3]) != p.D) fail("q and k must have the same head dimension D" + names.shapes());
+  if (index_t(v[2]) != p.Nk) fail("k and v must have the same number of keys Nk" + names.shapes());
+  if (p.D < 1 || p.Dv < 1) fail("head dimensions D and Dv must be at least 1" + names.shapes());
   if (index_t(o[0]) != p.B || index_t(o[1]) != p.Hq || index_t(o[2]) != p.Nq || index_t(o[3]) != p.Dv)
-    fail("argument '" + o_name + "' must have extents " + o_expected + shapes);
+    fail("argument '" + describe("o", names.o) + "' must have extents " + o_expected + names.shapes());
   if (has_lse && (index_t(lse[0]) != p.B || index_t(lse[1]) != p.Hq || index_t(lse[2]) != p.Nq))
-    fail("argument '" + lse_name + "' must have extents " + lse_expected + shapes);
+    fail("argument '" + describe("lse", names.lse) + "' must have extents " + lse_expected + names.shapes());
 }
 
 template <class V, int R>
@@ -96,13 +117,11 @@ AttentionPlan attention_args(const QV& q, const KV& k, const VV& v, const OV& o,
   static_assert(view_rank<QV> == 4 && view_rank<KV> == 4 && view_rank<VV> == 4 && view_rank<OV> == 4 &&
                     view_rank<LV> == 3,
                 "kflash::attention: q, k, v, o must be rank-4 Views and lse a rank-3 View");
-  const std::string shapes = " (" + describe("q", q) + ", " + describe("k", k) + ", " + describe("v", v) + ")";
   AttentionPlan p;
   std::size_t eq[4], ek[4], ev[4], eo[4], el[3];
   extents_of(q, eq, {0, 1, 2, 3}), extents_of(k, ek, {0, 1, 2, 3}), extents_of(v, ev, {0, 1, 2, 3});
   extents_of(o, eo, {0, 1, 2, 3}), extents_of(lse, el, {0, 1, 2});
-  check_shapes(p, eq, ek, ev, eo, el, has_lse, shapes, describe("o", o), describe("lse", lse), "(B, Hq, Nq, Dv)",
-               "(B, Hq, Nq)");
+  check_shapes(p, eq, ek, ev, eo, el, has_lse, shape_names(q, k, v, o, lse), "(B, Hq, Nq, Dv)", "(B, Hq, Nq)");
   check_options(opt, p);
   return p;
 }
@@ -139,10 +158,11 @@ void require_disjoint_from_options(const char* fn, const char* out_name, const O
 
 /// Option `name` (an OptionView of V) as a strided array over `want` (rank extents), where the first
 /// `broadcast` extents may also be 1 (then read with stride 0); throws std::invalid_argument naming
-/// the option, its extents and `expected` otherwise. An empty option gives a null array.
-template <class ExecSpace, class V>
+/// the option, its extents and the shape expected() describes otherwise (built only then). An
+/// empty option gives a null array.
+template <class ExecSpace, class V, class Expected>
 Strided<V> option_array(const OptionView& ov, const char* name, std::initializer_list<index_t> want, int broadcast,
-                        const std::string& expected) {
+                        const Expected& expected) {
   Strided<V> a;
   if (ov.empty()) return a;
   const char* fn = "attention";
@@ -166,7 +186,7 @@ Strided<V> option_array(const OptionView& ov, const char* name, std::initializer
     else if (!(d < broadcast && have == 1)) ok = false;
     ++d;
   }
-  if (!ok) throw_invalid_argument(fn, got + " must be shaped " + expected);
+  if (!ok) throw_invalid_argument(fn, got + " must be shaped " + expected());
   a.data = static_cast<const V*>(ov.data());
   a.s0 = strides[0], a.s1 = strides[1], a.s2 = strides[2], a.s3 = strides[3];
   return a;
@@ -178,29 +198,36 @@ template <class ExecSpace, class T, class ScoreMod, class MaskMod>
 AttentionTerms<T, ScoreStage<T, ScoreMod, MaskMod>> attention_terms(const AttentionOptions& opt,
                                                                      const AttentionPlan& p, const ScoreMod& score_mod,
                                                                      const MaskMod& mask_mod) {
-  const std::string B = std::to_string(p.B), Hq = std::to_string(p.Hq), Nq = std::to_string(p.Nq),
-                    Nk = std::to_string(p.Nk);
+  // The shapes expected of the options, described only for the message of one that does not fit.
+  const auto heads = [&p] { return "(Hq) = (" + std::to_string(p.Hq) + ")"; };
+  const auto heads_or_batches = [&p] {
+    return "(Hq) = (" + std::to_string(p.Hq) + ") or (B, Hq) = (" + std::to_string(p.B) + ", " +
+           std::to_string(p.Hq) + ")";
+  };
+  // A broadcast extent's value: "2 or 1", or "1" where the extent is 1 already.
+  const auto or_one = [](index_t e) { return e == 1 ? std::string("1") : std::to_string(e) + " or 1"; };
+  const auto pairs = [&] {
+    return "(B or 1, Hq or 1, Nq, Nk) = (" + or_one(p.B) + ", " + or_one(p.Hq) + ", " + std::to_string(p.Nq) + ", " +
+           std::to_string(p.Nk) + ")";
+  };
   ScoreOptions<T> so;
   if (opt.softcap != 0) {
     so.softcap = T(opt.softcap);
     so.inv_softcap = T(1.0 / opt.softcap);
   }
   if (!opt.alibi_slopes.empty()) {
-    const std::string expected = "(Hq) = (" + Hq + ") or (B, Hq) = (" + B + ", " + Hq + ")";
     if (opt.alibi_slopes.rank() == 1) {  // (Hq): broadcast over batches
-      const Strided<T> h = option_array<ExecSpace, T>(opt.alibi_slopes, "options.alibi_slopes", {p.Hq}, 0, expected);
+      const Strided<T> h =
+          option_array<ExecSpace, T>(opt.alibi_slopes, "options.alibi_slopes", {p.Hq}, 0, heads_or_batches);
       so.alibi.data = h.data;
       so.alibi.s1 = h.s0;
     } else {
-      so.alibi = option_array<ExecSpace, T>(opt.alibi_slopes, "options.alibi_slopes", {p.B, p.Hq}, 0, expected);
+      so.alibi = option_array<ExecSpace, T>(opt.alibi_slopes, "options.alibi_slopes", {p.B, p.Hq}, 0, heads_or_batches);
     }
   }
-  // A broadcast extent's value: "2 or 1", or "1" where the extent is 1 already.
-  const auto or_one = [](const std::string& e) { return e == "1" ? e : e + " or 1"; };
-  const std::string pairs = "(B or 1, Hq or 1, Nq, Nk) = (" + or_one(B) + ", " + or_one(Hq) + ", " + Nq + ", " + Nk + ")";
   so.bias = option_array<ExecSpace, T>(opt.bias, "options.bias", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
   so.mask = option_array<ExecSpace, bool>(opt.mask, "options.mask", {p.B, p.Hq, p.Nq, p.Nk}, 2, pairs);
-  const Strided<T> sinks = option_array<ExecSpace, T>(opt.sinks, "options.sinks", {p.Hq}, 0, "(Hq) = (" + Hq + ")");
+  const Strided<T> sinks = option_array<ExecSpace, T>(opt.sinks, "options.sinks", {p.Hq}, 0, heads);
   BlockMask block_mask;
   if (!opt.block_mask.empty()) {
     if (opt.block_mask_q < 1 || opt.block_mask_k < 1)
@@ -210,9 +237,10 @@ AttentionTerms<T, ScoreStage<T, ScoreMod, MaskMod>> attention_terms(const Attent
     const index_t nbq = (p.Nq + opt.block_mask_q - 1) / opt.block_mask_q,
                   nbk = (p.Nk + opt.block_mask_k - 1) / opt.block_mask_k;
     block_mask.blocks = option_array<ExecSpace, bool>(
-        opt.block_mask, "options.block_mask", {p.B, p.Hq, nbq, nbk}, 2,
-        "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (" + or_one(B) + ", " + or_one(Hq) + ", " +
-            std::to_string(nbq) + ", " + std::to_string(nbk) + ")");
+        opt.block_mask, "options.block_mask", {p.B, p.Hq, nbq, nbk}, 2, [&] {
+          return "(B or 1, Hq or 1, ceil(Nq / block_mask_q), ceil(Nk / block_mask_k)) = (" + or_one(p.B) + ", " +
+                 or_one(p.Hq) + ", " + std::to_string(nbq) + ", " + std::to_string(nbk) + ")";
+        });
     block_mask.rows = opt.block_mask_q, block_mask.keys = opt.block_mask_k;
   }
   return {attention_scale<T>(opt, p.D), ScoreStage<T, ScoreMod, MaskMod>(so, score_mod, mask_mod), sinks,
