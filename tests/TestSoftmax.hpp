@@ -145,6 +145,15 @@ std::vector<std::vector<T>> adversarial_rows(std::size_t cols) {
     r[cols - 1] = T(95);
     rows.push_back(r);
   }
+  // The host's first tile is tried against the largest of 4 of its values (0, 128, 256 and 511 of
+  // a tile of 512): the tile's other values 14 above them (kept, weights near e^14), or 70 above
+  // (past the slack: computed against the tile's own maximum).
+  for (T lift : {T(14), T(70)}) {
+    auto r = base(10);
+    for (std::size_t i = 0; i < cols && i < 512; ++i)
+      if (i != 0 && i != 128 && i != 256 && i != 511) r[i] += lift;
+    rows.push_back(r);
+  }
   return rows;
 }
 

@@ -224,10 +224,10 @@ TYPED_TEST(SoftmaxStateTest, HostKernelExpAccuracy) {
 TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
   // The tile recurrence is one template over lane-block policies: the host kernels' vector lanes
   // (each compiled variant) against the plain scalar lanes, tile by tile through RowTiles as the
-  // host kernels add them (against the running maximum unless a tile overshoots it), on rows of
-  // every length up to three tiles and a few past (a tail past whole blocks, a partial last tile),
-  // of normal values, of values spread over 1e4, and with -inf entries. The
-  // maxima agree bit for bit, and so do the sums of the baseline variant (no contraction, the same
+  // host kernels add them (against the running maximum, the first against start_at's guess, unless
+  // a tile overshoots it), on rows of every length up to three tiles and a few past (a tail past
+  // whole blocks, a partial last tile), of normal values, of values spread over 1e4, and with -inf
+  // entries. The maxima agree bit for bit, and so do the sums of the baseline variant (no contraction, the same
   // exp); AVX2 and AVX-512 contract the exp polynomial into multiply-adds, and AVX-512 fp64 takes
   // exp from a table: there the totals agree within 8 ulp.
   using T = TypeParam;
@@ -252,6 +252,7 @@ TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
         for (index_t b = 0; b < n; b += tile) {
           const index_t e = std::min(n, b + tile);
           T ref;
+          if (b == 0) tiles.start_at(b, e, ElementOf<T>{x.data()});
           if (!tiles.try_running_max() ||
               !tiles.add_against_running_max(b, e, ElementOf<T>{x.data()}, Discard<T>{}, tiles.slack, ref))
             tiles.add_own_max(b, e, ElementOf<T>{x.data()}, Discard<T>{});

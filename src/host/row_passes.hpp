@@ -183,6 +183,7 @@ struct StatePass {
     prefetch_ahead(x, e, n);
     const Elements<T, B> value{x};
     bool kept = false;
+    if (b == 0) rows.start_at(b, e, value);
     if (rows.try_running_max()) {
       T ref;
       if (w == nullptr) {

@@ -260,10 +260,25 @@ struct RowTiles {
   index_t tiles = 0;
   index_t computed_twice = 0;  ///< tiles tried against the running maximum and declined
 
-  /// Not for the first tile, nor against a maximum that is not finite, nor once tiles keep
-  /// overshooting (more than 2 + tiles / 8 declined: then each try costs a pass).
+  /// Not for the first tile (unless start_at gave it a reference), nor against a maximum that is
+  /// not finite, nor once tiles keep overshooting (more than 2 + tiles / 8 declined: then each try
+  /// costs a pass).
   KOKKOS_INLINE_FUNCTION bool try_running_max() const {
-    return tiles > 0 && is_finite(state.max) && computed_twice <= 2 + tiles / 8;
+    return (tiles > 0 || state.max != -infinity<T>()) && is_finite(state.max) && computed_twice <= 2 + tiles / 8;
+  }
+
+  /// Before the first tile [b, e): the largest of 4 of its values spread over it (at most its
+  /// maximum) as the running maximum of an empty sum, so that the first tile too is summed in one
+  /// pass, its maximum found in the same loop, where it does not overshoot that guess by more than
+  /// the slack. A guess that is not finite is not taken.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void start_at(index_t b, index_t e, const F& value) {
+    if (tiles > 0) return;
+    const index_t q = (e - b) / 4;
+    const T v[4] = {value(b), value(b + q), value(b + 2 * q), value(e - 1)};
+    T guess = v[0];
+    for (int i = 1; i < 4; ++i) guess = v[i] > guess ? v[i] : guess;
+    if (is_finite(guess)) state = SoftmaxState<T>{guess, T(0), T(0)};
   }
 
   /// Adds the tile [b, e) against the running maximum, handing store its weights against it, and
@@ -299,7 +314,7 @@ struct RowTiles {
   KOKKOS_INLINE_FUNCTION T add_own_max(index_t b, index_t e, const F& value, const Store& store) {
     const T m = tile_max<Lanes, T>(b, e, value);
     const SoftmaxState<T> t = tile_state<Lanes, T>(m, b, e, value, store);
-    if (tiles == 0) state = t;  // merging into the identity would only cost two exps
+    if (tiles == 0) state = t;  // merging into the identity (or start_at's empty sum) would only cost two exps
     else state.merge(t);
     ++tiles;
     return m;
