@@ -264,7 +264,7 @@ struct RowTiles {
   /// not finite, nor once tiles keep overshooting (more than 2 + tiles / 8 declined: then each try
   /// costs a pass).
   KOKKOS_INLINE_FUNCTION bool try_running_max() const {
-    return (tiles > 0 || state.max != -infinity<T>()) && is_finite(state.max) && computed_twice <= 2 + tiles / 8;
+    return is_finite(state.max) && computed_twice <= 2 + tiles / 8;
   }
 
   /// Before the first tile [b, e): the largest of 4 of its values spread over it (at most its
