@@ -91,10 +91,10 @@ void check_half_matrix(std::size_t rows, std::size_t cols, const std::vector<H>&
 
 template <class H>
 void check_half_rows() {
-  // On the host kernels: rows of one tile (several at a time through a buffer on the stack), longer
-  // rows read as they are (softmax's weights in team scratch), rows split into chunks (few rows of
-  // many columns, and the rank-1 row below: weights computed again); every layout; values spread
-  // so that outputs cover many binades.
+  // On the host kernels, every row read as it is: rows of one tile (several at a time, softmax's
+  // weights in a buffer on the stack), longer rows (softmax's weights in team scratch), rows split
+  // into chunks (few rows of many columns, and the rank-1 row below: weights computed again);
+  // every layout; values spread so that outputs cover many binades.
   check_half_matrix<H, Kokkos::LayoutRight>(1, 1, halves<H>({0.5f}), "single");
   check_half_matrix<H, Kokkos::LayoutRight>(37, 19, halves<H>(normal_values<float>(37 * 19, 11, 3.0)), "short");
   check_half_matrix<H, Kokkos::LayoutRight>(40, 700, halves<H>(normal_values<float>(40 * 700, 16, 3.0)), "grouped");

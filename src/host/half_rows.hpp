@@ -1,7 +1,7 @@
 // The host kernels of 16-bit rows (kflash::bhalf_t, kflash::half_t by their bits): the float row
 // passes read them widened as they load and round each output once, to nearest even (GUIDE §9;
-// half_vectors.hpp). Rows of one tile, and the gradients' write passes, go through a float
-// buffer in the L1 cache instead, several rows or a block at a time.
+// half_vectors.hpp). The gradients' write passes go through a float buffer in the L1 cache
+// instead, a block at a time.
 #pragma once
 
 #include "half_vectors.hpp"
@@ -83,55 +83,29 @@ void run_rows16(const RowBlock16& b) {
     else narrow16<VB>(b.format, &lse, b.out16 + r * b.ldout, 1);
   };
   float lse[block16];
-  if (n > HostTraits::tile) {  // through run_rows' passes as they are
-    with_storage(b.format, [&](auto* storage) {
-      using B = std::remove_pointer_t<decltype(storage)>;
-      const bool stored = b.op == RowOp::softmax && b.buffer != nullptr && b.buffer_elements >= weights_elements(n);
-      for (index_t r0 = 0; r0 < b.rows; r0 += block16) {
-        const index_t g = b.rows - r0 < block16 ? b.rows - r0 : block16;
-        run_rows<float, VB>(RowBlock<float, B>{b.op, reinterpret_cast<const B*>(b.x + r0 * b.ldx), b.ldx,
-                                               b.y != nullptr ? reinterpret_cast<B*>(b.y + r0 * b.ldy) : nullptr, b.ldy,
-                                               lse, 1, g, n, false, stored ? WeightsAt::scratch : WeightsAt::recomputed,
-                                               b.buffer});
-        if (b.op == RowOp::logsumexp)
-          for (index_t i = 0; i < g; ++i) store_lse(r0 + i, lse[i]);
-      }
-    });
-    return;
-  }
-  alignas(64) float buf[block16];
-  const index_t group = block16 / (n > 0 ? n : 1);
-  for (index_t r0 = 0; r0 < b.rows; r0 += group) {
-    const index_t g = b.rows - r0 < group ? b.rows - r0 : group;
-    for (index_t i = 0; i < g; ++i) widen16<VB>(b.format, b.x + (r0 + i) * b.ldx, buf + i * n, n);
-    run_rows<float, VB>(RowBlock<float>{b.op, buf, n, buf, n, lse, 1, g, n, false, WeightsAt::output});
-    if (b.op == RowOp::logsumexp) {
-      for (index_t i = 0; i < g; ++i) store_lse(r0 + i, lse[i]);
-    } else {
-      for (index_t i = 0; i < g; ++i) narrow16<VB>(b.format, buf + i * n, b.y + (r0 + i) * b.ldy, n);
+  with_storage(b.format, [&](auto* storage) {  // through run_rows' passes, read widened as they load
+    using B = std::remove_pointer_t<decltype(storage)>;
+    const bool stored = b.op == RowOp::softmax && b.buffer != nullptr && b.buffer_elements >= weights_elements(n);
+    for (index_t r0 = 0; r0 < b.rows; r0 += block16) {
+      const index_t g = b.rows - r0 < block16 ? b.rows - r0 : block16;
+      run_rows<float, VB>(RowBlock<float, B>{b.op, reinterpret_cast<const B*>(b.x + r0 * b.ldx), b.ldx,
+                                             b.y != nullptr ? reinterpret_cast<B*>(b.y + r0 * b.ldy) : nullptr, b.ldy,
+                                             lse, 1, g, n, false, stored ? WeightsAt::scratch : WeightsAt::recomputed,
+                                             b.buffer});
+      if (b.op == RowOp::logsumexp)
+        for (index_t i = 0; i < g; ++i) store_lse(r0 + i, lse[i]);
     }
-  }
+  });
 }
 
-/// Cross-entropy's statistics of 16-bit rows (run_logit_rows' layout): rows of one tile several at
-/// a time through a float buffer, longer rows through run_logit_rows' pass as they are.
+/// Cross-entropy's statistics of 16-bit rows (run_logit_rows' layout), read widened as they load.
 template <int VB>
 void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
                       index_t rows, index_t n) {
-  if (n > HostTraits::tile) {
-    with_storage(f, [&](auto* storage) {
-      using B = std::remove_pointer_t<decltype(storage)>;
-      run_logit_rows<float, VB>(LogitBlock<float, B>{reinterpret_cast<const B*>(x), ldx, out, ldout, rows, n});
-    });
-    return;
-  }
-  alignas(64) float buf[block16];
-  const index_t group = block16 / (n > 0 ? n : 1);
-  for (index_t r0 = 0; r0 < rows; r0 += group) {
-    const index_t g = rows - r0 < group ? rows - r0 : group;
-    for (index_t i = 0; i < g; ++i) widen16<VB>(f, x + (r0 + i) * ldx, buf + i * n, n);
-    run_logit_rows<float, VB>(LogitBlock<float>{buf, n, out + r0 * ldout, ldout, g, n});
-  }
+  with_storage(f, [&](auto* storage) {
+    using B = std::remove_pointer_t<decltype(storage)>;
+    run_logit_rows<float, VB>(LogitBlock<float, B>{reinterpret_cast<const B*>(x), ldx, out, ldout, rows, n});
+  });
 }
 
 }  // namespace kflash::impl::host::internal

@@ -277,29 +277,35 @@ void write_lse_grad(const B* x, B* dx, index_t n, T lse, T dlse, bool stream) {
 }
 
 /// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
-/// maxima, then their weights' sums (softmax's weights go to y), then their states, then the logs
-/// that logsumexp and log_softmax need, taken together in vectors (log_of_total), then their
-/// outputs. Each step's chains of dependent operations are short, and the rows' chains overlap.
-template <class T, int VB>
-void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
+/// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
+/// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
+/// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
+/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load.
+template <class T, int VB, class B = T>
+void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
   constexpr index_t group = HostTraits::short_group;
+  constexpr bool widened = !std::is_same<T, B>::value;
   using Lanes = VectorLanes<T, VB>;
   const index_t n = blk.cols;
   const bool softmax = blk.op == RowOp::softmax;
-  const T* x[group];
-  T* y[group];
+  alignas(VB) T buffer[widened ? group * HostTraits::tile : 1];
+  const B* x[group];
+  B* y[group];
+  T* w[group];
   T m[group];
   for (index_t i = 0; i < g; ++i) {
     x[i] = blk.x + (r0 + i) * blk.ldx;
     y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
-    m[i] = tile_max<Lanes, T>(0, n, Load<T>{x[i]});
+    if constexpr (widened) w[i] = buffer + i * n;
+    else w[i] = y[i];
+    m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
   }
   TileSums<Lanes, T> sums[group];
   for (index_t i = 0; i < g; ++i) {
     if (softmax) {
-      sums[i].add_weights(m[i], 0, n, Load<T>{x[i]}, Store<T>{y[i]});
+      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, Store<T>{w[i]});
     } else {
-      sums[i].add_weights(m[i], 0, n, Load<T>{x[i]}, NoStore<T>{});
+      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, NoStore<T>{});
     }
   }
   SoftmaxState<T> s[group];
@@ -307,7 +313,11 @@ void short_rows(const RowBlock<T>& blk, index_t r0, index_t g) {
   if (softmax) {
     for (index_t i = 0; i < g; ++i) {
       const SoftmaxNormalizer<T> norm(s[i]);
-      for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
+      if constexpr (widened) {
+        write_pass<T, VB>(w[i], y[i], n, Scaled<T>{norm.inv_sum}, false);  // norm.prob_of_weight, rounded
+      } else {
+        for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
+      }
     }
     return;
   }
@@ -380,17 +390,17 @@ void scale_pass_beside(const StatePass<T, VB, B>& done, B* y, bool stream, State
   if (stream) Stream<T, VB>::fence();
 }
 
-/// Whole rows (rows stored as 16-bit B: longer than a tile, softmax's weights recomputed or in
-/// blk.weights).
+/// Whole rows (rows stored as 16-bit B read widened as they load; softmax's weights of their rows
+/// longer than a tile recomputed or in blk.weights).
 template <class T, int VB, class B = T>
 void run_rows(const RowBlock<T, B>& blk) {
   const index_t n = blk.cols;
+  if (n <= HostTraits::tile) {
+    for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
+      short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
+    return;
+  }
   if constexpr (std::is_same<T, B>::value) {
-    if (n <= HostTraits::tile) {
-      for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
-        short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
-      return;
-    }
     if (blk.op == RowOp::softmax && blk.weights_at == WeightsAt::output &&
         n * index_t(sizeof(T)) <= HostTraits::stored_weights_bytes) {  // the room of tile_max below
       // One exp per element: the weights in y, scaled in place while the row is still in cache.

@@ -78,10 +78,9 @@ struct HostTraits : CommonTraits {
   /// Other softmax rows up to this many bytes keep them in the team's scratch; longer rows compute
   /// them again in the write pass (one exp more per element).
   static constexpr index_t buffered_weights_bytes = index_t(1) << 23;
-  /// 16-bit rows of one tile are widened to float several at a time into a buffer of this many
-  /// elements (within L1), and the 16-bit gradients and cross-entropy statistics widen blocks of as
-  /// many; longer 16-bit rows are read widened as they load (softmax keeps their weights in float
-  /// in the team's scratch up to buffered_weights_bytes).
+  /// The 16-bit gradients widen blocks of this many elements into a float buffer (within L1); the
+  /// 16-bit rows' passes read them widened as they load (softmax keeps the weights of rows longer
+  /// than a tile in float in the team's scratch up to buffered_weights_bytes).
   static constexpr index_t widened_block = 2048;
   /// Calls whose output has at least this many bytes write their rows of more than one tile with
   /// non-temporal stores: such an output leaves the cache before it is read again, and a plain store

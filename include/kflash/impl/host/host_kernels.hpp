@@ -82,11 +82,10 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
                  const SoftmaxNormalizer<float>& norm);
 /// Whole 16-bit rows of `format`, as RowBlock: row r of x at x + r * ldx, cols elements each,
 /// contiguous; softmax and log_softmax write row r of y at y + r * ldy (y may be x); logsumexp
-/// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. Rows of one tile
-/// are widened whole into a buffer on the stack, several at a time, and go through run_rows'
-/// passes; longer rows go through them as they are, read widened and written rounded, softmax's
-/// weights kept in `buffer` (buffer_elements floats, at least weights_elements(cols); none: each
-/// weight computed again in the write pass).
+/// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. The rows go
+/// through run_rows' passes as they are, read widened and written rounded; softmax's weights of
+/// rows longer than a tile kept in `buffer` (buffer_elements floats, at least
+/// weights_elements(cols); none: each weight computed again in the write pass).
 struct RowBlock16 {
   Storage16 format;
   RowOp op;
