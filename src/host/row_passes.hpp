@@ -1,11 +1,13 @@
 // The host row kernels over contiguous rows: the state pass (tile by tile, through the tile
-// recurrence on vector lanes), the write passes (plain or non-temporal stores), rows of one tile
-// taken several at a time, and the pairing of one row's write pass with the next row's state pass.
-// Rows stored as 16-bit B go through the same passes with T = float: read widened as they load
-// (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
+// recurrence on vector lanes), the pairing of one row's write pass with the next row's state pass,
+// and the rows' statistics for cross-entropy. Softmax's family on rows of one tile is in
+// short_rows.hpp, the write passes in write_passes.hpp. Rows stored as 16-bit B go through the
+// same passes with T = float: read widened as they load (Elements, Operand), written rounded once
+// (Narrowing), with no pass of their own.
 #pragma once
 
-#include "vector_lanes.hpp"
+#include "short_rows.hpp"
+#include "write_passes.hpp"
 
 #include <kflash/impl/host/host_kernels.hpp>
 
@@ -14,126 +16,6 @@
 #include <type_traits>
 
 namespace kflash::impl::host::internal {
-
-/// The write passes: y[i] = f(x[i]), i in [0, n); with `stream`, through non-temporal stores.
-template <class T>
-struct ProbOf {
-  SoftmaxNormalizer<T> norm;
-  T operator()(T v) const { return norm.prob(v); }
-};
-template <class T>
-struct LogProbOf {
-  SoftmaxNormalizer<T> norm;
-  T operator()(T v) const { return norm.log_prob(v); }
-};
-template <class T>
-struct Scaled {  // softmax's weights, stored in the state pass
-  T factor;
-  T operator()(T v) const { return v * factor; }
-};
-template <class T>
-struct ScaledTwice {  // the same, the factor split in two (scale_pass_beside)
-  T first, factor;
-  T operator()(T v) const { return (v * first) * factor; }
-};
-
-template <class T>
-struct ScaledExpOf {  // cross-entropy's gradient: scale exp(v - shift) - offset
-  T shift, scale, offset;
-  T operator()(T v) const { return scale * exp_nonpositive(v - shift) - offset; }
-};
-
-template <class T>
-struct LseGradOf {  // logsumexp's gradient: scale exp(v - shift), for v - shift of either sign
-  T shift, scale;
-  T operator()(T v) const {
-    // d > 0 (an lse below the row's maximum): exp(d) = (1 / exp(-d/2))^2, exp(-d/2) a normal number
-    // wherever exp(d) is finite. NaN stays NaN, +inf gives inf.
-    const T d = v - shift;
-    const bool up = d > T(0);
-    const T e = exp_nonpositive(up ? T(-0.5) * d : d);
-    const T r = T(1) / e;
-    return scale * (up ? r * r : e);
-  }
-};
-
-/// w[l] = f(v[l]), l in [0, N): a vector's lanes.
-template <class T, int VB, int N, class F>
-inline void apply_lanes(const F& f, const T* v, T* w) {
-  for (int l = 0; l < N; ++l) w[l] = f(v[l]);
-}
-template <class T, int VB, int N>
-inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob with the vector exp
-  LaneExp<T, VB>::template apply<N>(v, f.norm.shift, w);
-  // The weights times 1 / l (prob_of_weight) as whole vectors: lane by lane, GCC multiplied scalars
-  // and stored them one by one, and the vector load of w that followed waited on those stores (a
-  // softmax over a 2^26 row ran at 0.15 of copy bandwidth on an Intel Xeon, log_softmax at 0.50).
-  using V = Vec<T, VB>;
-  constexpr int W = VB / int(sizeof(T));
-  static_assert(N % W == 0, "kflash: apply_lanes takes whole vectors");
-  for (int l = 0; l < N; l += W) {
-    typename V::type weights, probs;
-    V::load(weights, w + l);
-    V::zero(probs);
-    V::fma(probs, f.norm.inv_sum, weights);  // 0 + inv_sum w: the product, rounded once
-    V::store(w + l, probs);
-  }
-}
-
-template <class T, int VB, int N>
-inline void apply_lanes(const ScaledExpOf<T>& f, const T* v, T* w) {  // with the vector exp
-  LaneExp<T, VB>::template apply<N>(v, f.shift, w);
-  for (int l = 0; l < N; ++l) w[l] = f.scale * w[l] - f.offset;
-}
-
-/// y[j] = f(x[j]) for the whole vectors of [i, n), x's widened as they load (Operand), each written
-/// by Out::store; returns where they end. In groups of a vector (x and y may be the same row, never
-/// partly overlapping ones: a group is read whole before it is written, and the compiler needs no
-/// test of their overlap). x's group goes through a vector and an aligned copy: read element by
-/// element the compiler may load it one element at a time, and a plain copy may be split into two
-/// halves that a whole-vector load then waits for (AVX2's generic tuning splits unaligned 32-byte
-/// accesses).
-template <class T, int VB, class Out, class B, class Y, class F>
-inline index_t write_vectors(const B* x, Y* y, index_t i, index_t n, const F& f) {
-  using V = Vec<T, VB>;
-  constexpr int W = VB / int(sizeof(T));
-  alignas(VB) T xl[W], w[W];
-  typename V::type v;
-  for (; i + W <= n; i += W) {
-    Operand<T, VB, B>::load(v, x + i);
-    V::store(xl, v);
-    apply_lanes<T, VB, W>(f, xl, w);
-    V::load(v, w);
-    Out::store(y + i, v);
-  }
-  return i;
-}
-
-/// The write pass y[i] = f(x[i]), i in [0, n), x stored as B, y as Y (T, or 16-bit: each output
-/// rounded once; those take no non-temporal stores).
-template <class T, int VB, class B, class Y, class F>
-inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, bool fence = true) {
-  using S = Stream<T, VB>;
-  using In = Operand<T, VB, B>;
-  index_t i = 0;
-  if constexpr (std::is_same<Y, T>::value) {
-    if (stream && S::available) {
-      for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(In::element(x[i]));
-      constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
-      for (; i + ahead + group <= n; i += group) {
-        prefetch_lines(x + i + ahead, group);
-        write_vectors<T, VB, S>(x, y, i, i + group, f);
-      }
-      i = write_vectors<T, VB, S>(x, y, i, n, f);
-      if (fence) S::fence();
-    } else {
-      i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
-    }
-  } else {
-    i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
-  }
-  for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
-}
 
 /// Asks for the tile after next of x[0, n) (from x + e on) while this one is computed: the tile
 /// loops alternate a memory-bound pass (the maximum) with a compute-bound one (the weights).
@@ -253,90 +135,6 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
       s.total = SoftmaxState<T>::identity();
       s.add_logits(logits[i]);
       s.target_logit = T(0);
-    }
-  }
-}
-
-template <class T, int VB, class B = T>
-void write_row(RowOp op, const B* x, B* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
-  if (op == RowOp::softmax) {
-    write_pass<T, VB>(x, y, n, ProbOf<T>{norm}, stream);
-  } else {
-    write_pass<T, VB>(x, y, n, LogProbOf<T>{norm}, stream);
-  }
-}
-
-template <class T, int VB, class B = T>
-void write_scaled_exp(const B* x, B* y, index_t n, T shift, T scale, T offset) {
-  write_pass<T, VB>(x, y, n, ScaledExpOf<T>{shift, scale, offset}, false);
-}
-
-template <class T, int VB, class B = T>
-void write_lse_grad(const B* x, B* dx, index_t n, T lse, T dlse, bool stream) {
-  write_pass<T, VB>(x, dx, n, LseGradOf<T>{lse, dlse}, stream);
-}
-
-/// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
-/// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
-/// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
-/// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
-/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load.
-template <class T, int VB, class B = T>
-void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
-  constexpr index_t group = HostTraits::short_group;
-  constexpr bool widened = !std::is_same<T, B>::value;
-  using Lanes = VectorLanes<T, VB>;
-  const index_t n = blk.cols;
-  const bool softmax = blk.op == RowOp::softmax;
-  alignas(VB) T buffer[widened ? group * HostTraits::tile : 1];
-  const B* x[group];
-  B* y[group];
-  T* w[group];
-  T m[group];
-  for (index_t i = 0; i < g; ++i) {
-    x[i] = blk.x + (r0 + i) * blk.ldx;
-    y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
-    if constexpr (widened) w[i] = buffer + i * n;
-    else w[i] = y[i];
-    m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
-  }
-  TileSums<Lanes, T> sums[group];
-  for (index_t i = 0; i < g; ++i) {
-    if (softmax) {
-      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, Store<T>{w[i]});
-    } else {
-      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, NoStore<T>{});
-    }
-  }
-  SoftmaxState<T> s[group];
-  for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
-  if (softmax) {
-    for (index_t i = 0; i < g; ++i) {
-      const SoftmaxNormalizer<T> norm(s[i]);
-      if constexpr (widened) {
-        write_pass<T, VB>(w[i], y[i], n, Scaled<T>{norm.inv_sum}, false);  // norm.prob_of_weight, rounded
-      } else {
-        for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
-      }
-    }
-    return;
-  }
-  double l[group], log_l[group];
-  bool in_range[group];
-  for (index_t i = 0; i < group; ++i) {
-    const double total = i < g ? double(s[i].total()) : 1.0;
-    in_range[i] = in_log_of_total_range(total);
-    l[i] = in_range[i] ? total : 1.0;
-  }
-  for (index_t i = 0; i < group; ++i) log_l[i] = log_of_total(l[i]);
-  for (index_t i = 0; i < g; ++i)  // totals outside its range (an empty row, NaN, fp64 beyond 2^1023)
-    if (!in_range[i]) log_l[i] = double(impl::log(s[i].total()));
-  for (index_t i = 0; i < g; ++i) {
-    if (blk.op == RowOp::logsumexp) {
-      blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(log_l[i]);
-    } else {
-      const SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob, T(log_l[i]));
-      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, false);
     }
   }
 }

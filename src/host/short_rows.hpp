@@ -1,0 +1,78 @@
+// softmax, log_softmax and logsumexp over rows of at most one tile, short_group rows at a time:
+// each step runs for every row of the group before the next, so the rows' chains of dependent
+// operations overlap. Rows stored as 16-bit B are read widened as they load and written rounded
+// once.
+#pragma once
+
+#include "write_passes.hpp"
+
+#include <type_traits>
+
+namespace kflash::impl::host::internal {
+
+/// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
+/// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
+/// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
+/// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
+/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load.
+template <class T, int VB, class B = T>
+void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
+  constexpr index_t group = HostTraits::short_group;
+  constexpr bool widened = !std::is_same<T, B>::value;
+  using Lanes = VectorLanes<T, VB>;
+  const index_t n = blk.cols;
+  const bool softmax = blk.op == RowOp::softmax;
+  alignas(VB) T buffer[widened ? group * HostTraits::tile : 1];
+  const B* x[group];
+  B* y[group];
+  T* w[group];
+  T m[group];
+  for (index_t i = 0; i < g; ++i) {
+    x[i] = blk.x + (r0 + i) * blk.ldx;
+    y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
+    if constexpr (widened) w[i] = buffer + i * n;
+    else w[i] = y[i];
+    m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
+  }
+  TileSums<Lanes, T> sums[group];
+  for (index_t i = 0; i < g; ++i) {
+    if (softmax) {
+      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, Store<T>{w[i]});
+    } else {
+      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, NoStore<T>{});
+    }
+  }
+  SoftmaxState<T> s[group];
+  for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
+  if (softmax) {
+    for (index_t i = 0; i < g; ++i) {
+      const SoftmaxNormalizer<T> norm(s[i]);
+      if constexpr (widened) {
+        write_pass<T, VB>(w[i], y[i], n, Scaled<T>{norm.inv_sum}, false);  // norm.prob_of_weight, rounded
+      } else {
+        for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
+      }
+    }
+    return;
+  }
+  double l[group], log_l[group];
+  bool in_range[group];
+  for (index_t i = 0; i < group; ++i) {
+    const double total = i < g ? double(s[i].total()) : 1.0;
+    in_range[i] = in_log_of_total_range(total);
+    l[i] = in_range[i] ? total : 1.0;
+  }
+  for (index_t i = 0; i < group; ++i) log_l[i] = log_of_total(l[i]);
+  for (index_t i = 0; i < g; ++i)  // totals outside its range (an empty row, NaN, fp64 beyond 2^1023)
+    if (!in_range[i]) log_l[i] = double(impl::log(s[i].total()));
+  for (index_t i = 0; i < g; ++i) {
+    if (blk.op == RowOp::logsumexp) {
+      blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(log_l[i]);
+    } else {
+      const SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob, T(log_l[i]));
+      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, false);
+    }
+  }
+}
+
+}  // namespace kflash::impl::host::internal

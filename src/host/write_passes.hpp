@@ -1,0 +1,155 @@
+// The host write passes over contiguous rows: y[i] = f(x[i]) for the functions the row kernels
+// apply once a row's state is known (probabilities, log-probabilities, scaled weights, gradients),
+// through plain or non-temporal stores; x stored as B is widened as it loads, 16-bit outputs are
+// rounded once (Narrowing).
+#pragma once
+
+#include "vector_lanes.hpp"
+
+#include <kflash/impl/host/host_kernels.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kflash::impl::host::internal {
+
+/// The write passes: y[i] = f(x[i]), i in [0, n); with `stream`, through non-temporal stores.
+template <class T>
+struct ProbOf {
+  SoftmaxNormalizer<T> norm;
+  T operator()(T v) const { return norm.prob(v); }
+};
+template <class T>
+struct LogProbOf {
+  SoftmaxNormalizer<T> norm;
+  T operator()(T v) const { return norm.log_prob(v); }
+};
+template <class T>
+struct Scaled {  // softmax's weights, stored in the state pass
+  T factor;
+  T operator()(T v) const { return v * factor; }
+};
+template <class T>
+struct ScaledTwice {  // the same, the factor split in two (scale_pass_beside)
+  T first, factor;
+  T operator()(T v) const { return (v * first) * factor; }
+};
+
+template <class T>
+struct ScaledExpOf {  // cross-entropy's gradient: scale exp(v - shift) - offset
+  T shift, scale, offset;
+  T operator()(T v) const { return scale * exp_nonpositive(v - shift) - offset; }
+};
+
+template <class T>
+struct LseGradOf {  // logsumexp's gradient: scale exp(v - shift), for v - shift of either sign
+  T shift, scale;
+  T operator()(T v) const {
+    // d > 0 (an lse below the row's maximum): exp(d) = (1 / exp(-d/2))^2, exp(-d/2) a normal number
+    // wherever exp(d) is finite. NaN stays NaN, +inf gives inf.
+    const T d = v - shift;
+    const bool up = d > T(0);
+    const T e = exp_nonpositive(up ? T(-0.5) * d : d);
+    const T r = T(1) / e;
+    return scale * (up ? r * r : e);
+  }
+};
+
+/// w[l] = f(v[l]), l in [0, N): a vector's lanes.
+template <class T, int VB, int N, class F>
+inline void apply_lanes(const F& f, const T* v, T* w) {
+  for (int l = 0; l < N; ++l) w[l] = f(v[l]);
+}
+template <class T, int VB, int N>
+inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob with the vector exp
+  LaneExp<T, VB>::template apply<N>(v, f.norm.shift, w);
+  // The weights times 1 / l (prob_of_weight) as whole vectors: lane by lane, GCC multiplied scalars
+  // and stored them one by one, and the vector load of w that followed waited on those stores (a
+  // softmax over a 2^26 row ran at 0.15 of copy bandwidth on an Intel Xeon, log_softmax at 0.50).
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  static_assert(N % W == 0, "kflash: apply_lanes takes whole vectors");
+  for (int l = 0; l < N; l += W) {
+    typename V::type weights, probs;
+    V::load(weights, w + l);
+    V::zero(probs);
+    V::fma(probs, f.norm.inv_sum, weights);  // 0 + inv_sum w: the product, rounded once
+    V::store(w + l, probs);
+  }
+}
+
+template <class T, int VB, int N>
+inline void apply_lanes(const ScaledExpOf<T>& f, const T* v, T* w) {  // with the vector exp
+  LaneExp<T, VB>::template apply<N>(v, f.shift, w);
+  for (int l = 0; l < N; ++l) w[l] = f.scale * w[l] - f.offset;
+}
+
+/// y[j] = f(x[j]) for the whole vectors of [i, n), x's widened as they load (Operand), each written
+/// by Out::store; returns where they end. In groups of a vector (x and y may be the same row, never
+/// partly overlapping ones: a group is read whole before it is written, and the compiler needs no
+/// test of their overlap). x's group goes through a vector and an aligned copy: read element by
+/// element the compiler may load it one element at a time, and a plain copy may be split into two
+/// halves that a whole-vector load then waits for (AVX2's generic tuning splits unaligned 32-byte
+/// accesses).
+template <class T, int VB, class Out, class B, class Y, class F>
+inline index_t write_vectors(const B* x, Y* y, index_t i, index_t n, const F& f) {
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  alignas(VB) T xl[W], w[W];
+  typename V::type v;
+  for (; i + W <= n; i += W) {
+    Operand<T, VB, B>::load(v, x + i);
+    V::store(xl, v);
+    apply_lanes<T, VB, W>(f, xl, w);
+    V::load(v, w);
+    Out::store(y + i, v);
+  }
+  return i;
+}
+
+/// The write pass y[i] = f(x[i]), i in [0, n), x stored as B, y as Y (T, or 16-bit: each output
+/// rounded once; those take no non-temporal stores).
+template <class T, int VB, class B, class Y, class F>
+inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, bool fence = true) {
+  using S = Stream<T, VB>;
+  using In = Operand<T, VB, B>;
+  index_t i = 0;
+  if constexpr (std::is_same<Y, T>::value) {
+    if (stream && S::available) {
+      for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(In::element(x[i]));
+      constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
+      for (; i + ahead + group <= n; i += group) {
+        prefetch_lines(x + i + ahead, group);
+        write_vectors<T, VB, S>(x, y, i, i + group, f);
+      }
+      i = write_vectors<T, VB, S>(x, y, i, n, f);
+      if (fence) S::fence();
+    } else {
+      i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
+    }
+  } else {
+    i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
+  }
+  for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
+}
+
+template <class T, int VB, class B = T>
+void write_row(RowOp op, const B* x, B* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
+  if (op == RowOp::softmax) {
+    write_pass<T, VB>(x, y, n, ProbOf<T>{norm}, stream);
+  } else {
+    write_pass<T, VB>(x, y, n, LogProbOf<T>{norm}, stream);
+  }
+}
+
+template <class T, int VB, class B = T>
+void write_scaled_exp(const B* x, B* y, index_t n, T shift, T scale, T offset) {
+  write_pass<T, VB>(x, y, n, ScaledExpOf<T>{shift, scale, offset}, false);
+}
+
+template <class T, int VB, class B = T>
+void write_lse_grad(const B* x, B* dx, index_t n, T lse, T dlse, bool stream) {
+  write_pass<T, VB>(x, dx, n, LseGradOf<T>{lse, dlse}, stream);
+}
+
+}  // namespace kflash::impl::host::internal
