@@ -3,6 +3,7 @@
 
 #include <TestCommon.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -14,8 +15,13 @@ template <class H>
 struct Half16 {
   static constexpr int mantissa = std::is_same<H, kflash::half_t>::value ? 10 : 7;
   static ld tiny() { return std::is_same<H, kflash::half_t>::value ? std::ldexp(1.0L, -24) : std::ldexp(1.0L, -133); }
-  /// One unit in the last place of any value of magnitude up to |v|, at least the subnormal spacing.
-  static ld ulp(ld v) { return std::ldexp(std::fabs(v), -mantissa) + tiny(); }
+  /// One unit in the last place of any value of magnitude up to |v|: the spacing of the 16-bit
+  /// values in |v|'s binade (2^-mantissa |v| at most, half that just below a power of two), at least
+  /// the subnormal spacing.
+  static ld ulp(ld v) {
+    if (v == 0 || !std::isfinite(v)) return v == 0 ? tiny() : std::fabs(v);
+    return std::max(std::ldexp(1.0L, std::ilogb(v) - mantissa), tiny());
+  }
   static const char* name() { return std::is_same<H, kflash::half_t>::value ? "half_t" : "bhalf_t"; }
 };
 

@@ -74,9 +74,10 @@ void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, in
   });
 }
 
-/// Whole 16-bit rows (RowBlock16).
+/// Whole 16-bit rows (RowBlock16); softmax's weights by the exp its 16-bit outputs allow.
 template <int VB>
 void run_rows16(const RowBlock16& b) {
+  constexpr ExpAccuracy A = output16_accuracy<float, VB>;
   const index_t n = b.cols;
   auto store_lse = [&](index_t r, float lse) {
     if (b.out != nullptr) b.out[r * b.ldout] = lse;
@@ -88,10 +89,11 @@ void run_rows16(const RowBlock16& b) {
     const bool stored = b.op == RowOp::softmax && b.buffer != nullptr && b.buffer_elements >= weights_elements(n);
     for (index_t r0 = 0; r0 < b.rows; r0 += block16) {
       const index_t g = b.rows - r0 < block16 ? b.rows - r0 : block16;
-      run_rows<float, VB>(RowBlock<float, B>{b.op, reinterpret_cast<const B*>(b.x + r0 * b.ldx), b.ldx,
-                                             b.y != nullptr ? reinterpret_cast<B*>(b.y + r0 * b.ldy) : nullptr, b.ldy,
-                                             lse, 1, g, n, false, stored ? WeightsAt::scratch : WeightsAt::recomputed,
-                                             b.buffer});
+      const RowBlock<float, B> rows{b.op, reinterpret_cast<const B*>(b.x + r0 * b.ldx), b.ldx,
+                                    b.y != nullptr ? reinterpret_cast<B*>(b.y + r0 * b.ldy) : nullptr, b.ldy,
+                                    lse, 1, g, n, false, stored ? WeightsAt::scratch : WeightsAt::recomputed,
+                                    b.buffer};
+      run_rows<float, VB, B, A>(rows);
       if (b.op == RowOp::logsumexp)
         for (index_t i = 0; i < g; ++i) store_lse(r0 + i, lse[i]);
     }

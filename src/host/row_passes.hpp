@@ -46,15 +46,17 @@ struct TileBufferStore {
 /// With w, the weights go to w[0, n) and tile t's reference (the running maximum before it, or its
 /// own maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum
 /// then keeps its weights in a buffer until it is kept. With sum_logits, the sum of x goes to
-/// `logits` (a compensated sum of the tiles' sums, each taken while its tile is in the cache).
-template <class T, int VB, class B = T>
+/// `logits` (a compensated sum of the tiles' sums, each taken while its tile is in the cache). The
+/// weights are computed by A's exp.
+template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 struct StatePass {
+  using Lanes = VectorLanes<T, VB, A>;
   const B* x;
   index_t n;
   T* w = nullptr;
   T* tile_max = nullptr;
   bool sum_logits = false;
-  RowTiles<VectorLanes<T, VB>, T> rows = {};
+  RowTiles<Lanes, T> rows = {};
   SoftmaxState<T> logits = SoftmaxState<T>::identity();
 
   const SoftmaxState<T>& state() const { return rows.state; }
@@ -85,7 +87,7 @@ struct StatePass {
           w != nullptr ? rows.add_own_max(b, e, value, Store<T>{w}) : rows.add_own_max(b, e, value, NoStore<T>{});
       if (w != nullptr) tile_max[b / HostTraits::tile] = m;
     }
-    if (sum_logits) logits.add_term(impl::tile_sum<VectorLanes<T, VB>, T>(b, e, value));
+    if (sum_logits) logits.add_term(impl::tile_sum<Lanes, T>(b, e, value));
   }
   void all() {
     for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);
@@ -142,8 +144,8 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
 /// write_pass over x[0, n) a tile at a time, each tile followed by the same tile of `beside`'s
 /// state pass (if any; its row has n elements too). With `stream`, the write pass's tiles start
 /// where y is aligned (after the first): each tile then stores vectors only.
-template <class T, int VB, class B, class F>
-void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, StatePass<T, VB, B>* beside) {
+template <class T, int VB, class B, class F, ExpAccuracy A>
+void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, StatePass<T, VB, B, A>* beside) {
   if (beside == nullptr) {
     write_pass<T, VB>(x, y, n, f, stream);
     return;
@@ -164,8 +166,8 @@ void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, Sta
 /// row max) / l a tile at a time, each tile followed by the same tile of `beside`'s state pass (if
 /// any; its row has n elements too, and its weights may go where done's were: each tile is
 /// scaled before `beside` computes it). y may be done's w (in place).
-template <class T, int VB, class B>
-void scale_pass_beside(const StatePass<T, VB, B>& done, B* y, bool stream, StatePass<T, VB, B>* beside) {
+template <class T, int VB, class B, ExpAccuracy A>
+void scale_pass_beside(const StatePass<T, VB, B, A>& done, B* y, bool stream, StatePass<T, VB, B, A>* beside) {
   using Tiles = decltype(done.rows);
   const T inv_sum = SoftmaxNormalizer<T>(done.state()).inv_sum;
   const T row_max = done.state().max;
@@ -189,13 +191,17 @@ void scale_pass_beside(const StatePass<T, VB, B>& done, B* y, bool stream, State
 }
 
 /// Whole rows (rows stored as 16-bit B read widened as they load; softmax's weights of their rows
-/// longer than a tile recomputed or in blk.weights).
-template <class T, int VB, class B = T>
+/// longer than a tile recomputed or in blk.weights). A: the accuracy of softmax's weights (the other
+/// ops take ExpAccuracy::full: their sums are outputs too).
+template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void run_rows(const RowBlock<T, B>& blk) {
+  if constexpr (A != ExpAccuracy::full) {
+    if (blk.op != RowOp::softmax) return run_rows<T, VB, B>(blk);
+  }
   const index_t n = blk.cols;
   if (n <= HostTraits::tile) {
     for (index_t r = 0; r < blk.rows; r += HostTraits::short_group)
-      short_rows<T, VB>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
+      short_rows<T, VB, B, A>(blk, r, blk.rows - r < HostTraits::short_group ? blk.rows - r : HostTraits::short_group);
     return;
   }
   if constexpr (std::is_same<T, B>::value) {
@@ -205,9 +211,9 @@ void run_rows(const RowBlock<T, B>& blk) {
       T tile_max[HostTraits::stored_weights_bytes / sizeof(T) / HostTraits::tile];
       for (index_t r = 0; r < blk.rows; ++r) {
         T* y = blk.y + r * blk.ldy;
-        StatePass<T, VB> pass{blk.x + r * blk.ldx, n, y, tile_max};
+        StatePass<T, VB, T, A> pass{blk.x + r * blk.ldx, n, y, tile_max};
         pass.all();
-        scale_pass_beside<T, VB, T>(pass, y, false, nullptr);
+        scale_pass_beside<T, VB, T, A>(pass, y, false, nullptr);
       }
       return;
     }
@@ -220,14 +226,14 @@ void run_rows(const RowBlock<T, B>& blk) {
   if (blk.rows <= 0) return;
   const bool stored = blk.op == RowOp::softmax && blk.weights_at == WeightsAt::scratch;
   auto pass_of = [&](index_t r) {
-    return StatePass<T, VB, B>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr,
-                               stored ? blk.weights + n : nullptr};
+    return StatePass<T, VB, B, A>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr,
+                                  stored ? blk.weights + n : nullptr};
   };
-  StatePass<T, VB, B> next = pass_of(0);
+  StatePass<T, VB, B, A> next = pass_of(0);
   next.all();
   for (index_t r = 0; r < blk.rows; ++r) {
     const B* x = blk.x + r * blk.ldx;
-    const StatePass<T, VB, B> done = next;
+    const StatePass<T, VB, B, A> done = next;
     const SoftmaxState<T> s = done.state();
     const bool more = r + 1 < blk.rows;
     if (more) next = pass_of(r + 1);
@@ -243,7 +249,7 @@ void run_rows(const RowBlock<T, B>& blk) {
     const SoftmaxNormalizer<T> norm(s, blk.op == RowOp::softmax ? Normalize::prob : Normalize::log_prob);
     B* y = blk.y + r * blk.ldy;
     if (blk.op == RowOp::softmax) {
-      write_pass_beside<T, VB>(x, y, n, ProbOf<T>{norm}, blk.stream, more ? &next : nullptr);
+      write_pass_beside<T, VB>(x, y, n, ProbOf<T, A>{norm}, blk.stream, more ? &next : nullptr);
     } else {
       write_pass_beside<T, VB>(x, y, n, LogProbOf<T>{norm}, blk.stream, more ? &next : nullptr);
     }

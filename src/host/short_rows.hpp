@@ -14,12 +14,13 @@ namespace kflash::impl::host::internal {
 /// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
 /// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
 /// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
-/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load.
-template <class T, int VB, class B = T>
+/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load;
+/// softmax's weights are computed by A's exp.
+template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
   constexpr index_t group = HostTraits::short_group;
   constexpr bool widened = !std::is_same<T, B>::value;
-  using Lanes = VectorLanes<T, VB>;
+  using Lanes = VectorLanes<T, VB, A>;
   const index_t n = blk.cols;
   const bool softmax = blk.op == RowOp::softmax;
   alignas(VB) T buffer[widened ? group * HostTraits::tile : 1];

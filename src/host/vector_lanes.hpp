@@ -26,8 +26,10 @@ template <class T, class B>
 using Elements = std::conditional_t<std::is_same<T, B>::value, Load<T>, Widened<T, B>>;
 
 #ifdef KFLASH_IMPL_VECTOR_EXT
-template <class T, int VB>
+/// A's exp (ExpOf) computes the weights.
+template <class T, int VB, ExpAccuracy A = ExpAccuracy::full>
 struct VectorLanes {
+  using Exp = typename ExpOf<T, VB, A>::type;
   using V = Vec<T, VB>;
   static constexpr int width = ScalarLanes<T>::width;
   static constexpr int vector_width = VB / int(sizeof(T));
@@ -64,7 +66,7 @@ struct VectorLanes {
   }
   static T sum_tree(Block& a) { return reduce<AddOp>(a); }
   static void exp_block(const Load<T>& x, index_t i, T m, T* w) {
-    LaneExp<T, VB>::template apply<width>(x.p + i, m, w);
+    Exp::template apply<width>(x.p + i, m, w);
   }
   template <class B>
   static void exp_block(const Widened<T, B>& x, index_t i, T m, T* w) {
@@ -74,7 +76,7 @@ struct VectorLanes {
       Operand<T, VB, B>::load(t, x.p + i + u * vector_width);
       V::store(v + u * vector_width, t);
     }
-    LaneExp<T, VB>::template apply<width>(v, m, w);
+    Exp::template apply<width>(v, m, w);
   }
 
 #ifdef KFLASH_IMPL_SHUFFLES
@@ -131,7 +133,7 @@ struct VectorLanes {
 #else
 // Without vector extensions (builds through nvcc, whose tile templates are also device functions):
 // the plain lanes themselves.
-template <class T, int VB>
+template <class T, int VB, ExpAccuracy A = ExpAccuracy::full>
 using VectorLanes = ScalarLanes<T>;
 #endif
 

@@ -14,7 +14,7 @@
 namespace kflash::impl::host::internal {
 
 /// The write passes: y[i] = f(x[i]), i in [0, n); with `stream`, through non-temporal stores.
-template <class T>
+template <class T, ExpAccuracy A = ExpAccuracy::full>  // A: the weights' exp (its vectors)
 struct ProbOf {
   SoftmaxNormalizer<T> norm;
   T operator()(T v) const { return norm.prob(v); }
@@ -60,9 +60,9 @@ template <class T, int VB, int N, class F>
 inline void apply_lanes(const F& f, const T* v, T* w) {
   for (int l = 0; l < N; ++l) w[l] = f(v[l]);
 }
-template <class T, int VB, int N>
-inline void apply_lanes(const ProbOf<T>& f, const T* v, T* w) {  // norm.prob with the vector exp
-  LaneExp<T, VB>::template apply<N>(v, f.norm.shift, w);
+template <class T, int VB, int N, ExpAccuracy A>
+inline void apply_lanes(const ProbOf<T, A>& f, const T* v, T* w) {  // norm.prob with the vector exp
+  ExpOf<T, VB, A>::type::template apply<N>(v, f.norm.shift, w);
   // The weights times 1 / l (prob_of_weight) as whole vectors: lane by lane, GCC multiplied scalars
   // and stored them one by one, and the vector load of w that followed waited on those stores (a
   // softmax over a 2^26 row ran at 0.15 of copy bandwidth on an Intel Xeon, log_softmax at 0.50).
