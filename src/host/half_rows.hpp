@@ -22,12 +22,15 @@ SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) 
   });
 }
 
+/// softmax's or log_softmax's write pass over a 16-bit chunk (its outputs are all 16-bit: softmax's
+/// weights by the exp they allow).
 template <int VB>
 void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
                  const SoftmaxNormalizer<float>& norm) {
   with_storage(f, [&](auto* storage) {
     using B = std::remove_pointer_t<decltype(storage)>;
-    write_row<float, VB>(op, reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), n, norm, false);
+    constexpr ExpAccuracy A = output16_accuracy<float, VB>;
+    write_row<float, VB, B, A>(op, reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), n, norm, false);
   });
 }
 

@@ -133,10 +133,11 @@ inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, boo
   for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
 }
 
-template <class T, int VB, class B = T>
+/// softmax's or log_softmax's write pass; A: the accuracy of softmax's weights.
+template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void write_row(RowOp op, const B* x, B* y, index_t n, const SoftmaxNormalizer<T>& norm, bool stream) {
   if (op == RowOp::softmax) {
-    write_pass<T, VB>(x, y, n, ProbOf<T>{norm}, stream);
+    write_pass<T, VB>(x, y, n, ProbOf<T, A>{norm}, stream);
   } else {
     write_pass<T, VB>(x, y, n, LogProbOf<T>{norm}, stream);
   }
