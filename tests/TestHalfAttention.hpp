@@ -102,6 +102,19 @@ struct CallAttention {
   }
 };
 
+/// kflash::attention without lse into o (the output checked), then with lse into a copy of o (lse
+/// only): a call that asks for no lse serves 16-bit outputs alone, and the host kernels then take
+/// a shorter exp for its weights.
+struct CallAttentionWithoutLse {
+  template <class Q, class K, class V, class O, class L>
+  void operator()(const Q& q, const K& k, const V& v, const O& o, const kflash::AttentionOptions& opt,
+                  const L& lse) const {
+    kflash::attention(AExec(), q, k, v, o, opt);
+    const typename O::non_const_type lse_call("o with lse", o.layout());
+    kflash::attention(AExec(), q, k, v, lse_call, opt, lse);
+  }
+};
+
 /// Runs `call` (kflash::attention, or a schedule the test names) on q, k, v and o stored in H (in
 /// the float Views' layout, or LayoutLeft with `left`), lse and the options in float; o's 16-bit
 /// result comes back widened into o.
@@ -143,6 +156,8 @@ void half_attention_cases() {
         run_attention<float>(a, opt, bnhd, type + " prefill", StoredAs16<H>());
         if (::testing::Test::HasFailure()) return;
       }
+    run_attention<float>(a, schedules(causal)[1], false, type + " prefill without lse",
+                         StoredAs16<H, false, CallAttentionWithoutLse>());
   }
   // Decode (a K/V head's 8 query rows: K read by rows), Dv != D (V padded), a block of one row, odd
   // D, Dv and Nk (bf16 pairs padded with zeros). K and V read in place (bf16 pairs formed in
@@ -182,6 +197,8 @@ void half_attention_cases() {
     RefTerms t = all_options(s, 108, 30, 7);
     for (std::size_t j = 0; j < s.Nk; ++j) t.mask[3 * s.Nk + j] = 0;  // row 3 sees no key (the sink only)
     for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " options", StoredAs16<H>(), t);
+    run_attention<float>(a, schedules(false)[1], false, type + " options without lse",
+                         StoredAs16<H, false, CallAttentionWithoutLse>(), t);
   }
   {
     AttnShape s{1, 8, 2, 1, 150, 40, 32};
