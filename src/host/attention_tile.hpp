@@ -74,6 +74,27 @@ void with_operand16(Storage16 format, F&& f) {
   std::abort();
 }
 
+/// The step of each of the tile's rows over its scores in s (its weights left there, final), O
+/// rescaled where the row's maximum rose; the weights rounded into p16 for bf16 pairs. Lanes: the
+/// weights' exp.
+template <class Lanes, class Pairs, class T>
+void tile_weights(const AttentionTile<T>& t) {
+  constexpr int G = Lanes::rows_at_once;
+  for (index_t r0 = 0; r0 < t.rows; r0 += G) {
+    const index_t g = t.rows - r0 < G ? t.rows - r0 : G;
+    OutputFactors<T> f[G];
+    tile_steps<Lanes, T, G>(t.state + r0, t.keys + r0, t.nk, g, StridedRows<T>{t.s + r0 * t.bk, t.bk}, f);
+    // The weights left in s are final (tile_steps' fb is 1); O is rescaled where the maximum rose.
+    for (index_t k = 0; k < g; ++k) {
+      T* o = t.o + (r0 + k) * t.dvp;
+      if (f[k].fa != T(1))
+        for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
+    }
+    if constexpr (!std::is_void<Pairs>::value)
+      if (t.q16 != nullptr) Pairs::weights(t, r0, g);
+  }
+}
+
 /// Pairs: the products on bf16 pairs of the tiles that have them (t.q16: TilePairs, tile_pairs.hpp);
 /// void in the variants without bf16 products, which are never given such tiles.
 template <class T, int VB, class Pairs>
@@ -106,21 +127,11 @@ void attention_tile_steps(const AttentionTile<T>& t) {
                         t.score_rows != nullptr ? t.score_rows + r : nullptr);
     if (t.part == TilePart::scores) return;
   }
-  using Lanes = VectorLanes<T, VB>;
-  constexpr int G = Lanes::rows_at_once;
-  for (index_t r0 = 0; r0 < t.rows; r0 += G) {
-    const index_t g = t.rows - r0 < G ? t.rows - r0 : G;
-    OutputFactors<T> f[G];
-    tile_steps<Lanes, T, G>(t.state + r0, t.keys + r0, t.nk, g, StridedRows<T>{t.s + r0 * t.bk, t.bk}, f);
-    // The weights left in s are final (tile_steps' fb is 1); O is rescaled where the maximum rose.
-    for (index_t k = 0; k < g; ++k) {
-      T* o = t.o + (r0 + k) * t.dvp;
-      if (f[k].fa != T(1))
-        for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
-    }
-    if constexpr (takes_pairs)
-      if (t.q16 != nullptr) Pairs::weights(t, r0, g);
-  }
+  constexpr ExpAccuracy short_exp = output16_accuracy<T, VB>;
+  if (short_exp != ExpAccuracy::full && t.output16_only)
+    tile_weights<VectorLanes<T, VB, short_exp>, Pairs>(t);
+  else
+    tile_weights<VectorLanes<T, VB>, Pairs>(t);
   if (t.q16 != nullptr) {
     if constexpr (takes_pairs) Pairs::update(t);
     else

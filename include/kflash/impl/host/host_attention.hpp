@@ -251,6 +251,7 @@ struct HostAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     tile.score_rows = per_row ? score_rows.data() : nullptr;
     tile.ldkt = packed != nullptr ? p.packed_ld : p.bk;
     if constexpr (!same) tile.format = storage16_of<S>;
+    if constexpr (!Partial && is_half_type<typename Base::Out>) tile.output16_only = !this->has_lse;
     if (pairs) tile.q16 = q16.data(), tile.p16 = p16.data(), tile.d16 = d16, tile.dv = p.Dv, tile.score_scale = scale;
     if (staged_pairs) tile.v_pairs = vp.data(), tile.k_pairs = kp.data(), tile.ldk_pairs = p.bk;
     // A tile ends where the keys' contiguous run does (a page of a paged cache).

@@ -299,6 +299,9 @@ struct AttentionTile {
   std::uint16_t* p16 = nullptr;
   index_t d16 = 0, ldk_pairs = 0, dv = 0;
   T score_scale = T(1);
+  /// The tile's weights and sums serve only outputs rounded to 16 bits (no lse, no partial states):
+  /// their exp may be the shorter one of such outputs (GUIDE §9: one ulp of the 16-bit type).
+  bool output16_only = false;
 };
 
 void attention_tile(const AttentionTile<float>& tile);
