@@ -74,24 +74,96 @@ void with_operand16(Storage16 format, F&& f) {
   std::abort();
 }
 
+/// Whether rows [r0, r0 + g) of a tile on bf16 pairs may take steps_against_running_max: each has
+/// a finite running maximum.
+template <class T>
+bool against_running_max(const AttentionTile<T>& t, index_t r0, index_t g) {
+  for (index_t r = r0; r < r0 + g; ++r)
+    if (!is_finite(t.state[r].max)) return false;
+  return true;
+}
+
+/// The step of rows [r0, r0 + g) (g <= G) of a tile on bf16 pairs in one pass over their scores
+/// (the hidden pairs' scores -inf first): weights against each row's running maximum, rounded into
+/// P as they are computed (s keeps the scores), and the tile's maximum taken in the same loop. A
+/// row whose tile maximum stays at or below its running maximum has exactly the weights and factors
+/// tile_steps would give it (its reference is the running maximum either way), without tile_steps'
+/// pass of maxima; a row whose maximum rose has its weights computed again against that maximum
+/// (tile_steps' reference then), into s, and rounded by Pairs::weights.
+template <class Lanes, class Pairs, class T, int G>
+void steps_against_running_max(const AttentionTile<T>& t, index_t r0, index_t g, OutputFactors<T>* f) {
+  constexpr int W = Lanes::width;
+  typename Lanes::Block max[G], lanes[G];
+  T tail_max[G], lane_max[G], roots[G];
+  TileSums<Lanes, T> sums[G];
+  const index_t full = t.nk / W * W;
+  for (int k = 0; k < G; ++k) {
+    Lanes::fill(max[k], -infinity<T>());
+    tail_max[k] = -infinity<T>();
+    if (k >= g) continue;  // rows past g reduce empty lanes
+    const index_t r = r0 + k;
+    T* s = t.s + r * t.bk;
+    const KeyRange& kr = t.keys[r];
+    if (kr.begin > 0 || kr.end < t.nk)  // some pairs hidden: their scores -inf first, as tile_steps does
+      for (index_t j = 0; j < t.nk; ++j) s[j] = score_stage(s[j], kr, j);
+    const WeightsAgainst<Lanes, T, Load<T>> terms{Load<T>{s}, t.state[r].max, &max[k], &tail_max[k]};
+    T w[W];
+    for (index_t j = 0; j < full; j += W) {
+      terms.template block<Lanes>(j, w);
+      Lanes::add(sums[k].lanes, w);
+      Pairs::store_weights(t, r, j, w, W);
+    }
+    for (index_t j = full; j < t.nk; ++j) {
+      w[j - full] = terms(j);
+      sums[k].tail.add_term(w[j - full]);
+    }
+    if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+  }
+  Lanes::max_lanes(max, lane_max);
+  for (int k = 0; k < G; ++k) lanes[k] = sums[k].lanes;  // rows past g: zeros
+  Lanes::sum_trees(lanes, roots);
+  for (int k = 0; k < g; ++k) {
+    const index_t r = r0 + k;
+    const T m = lane_max[k] > tail_max[k] ? lane_max[k] : tail_max[k];
+    if (m <= t.state[r].max) {
+      f[k] = OutputFactors<T>::merge(t.state[r], sums[k].state(t.state[r].max, roots[k]));
+      Pairs::pad_weights(t, r);
+    } else {  // the maximum rose to m: the weights again, against m (tile_steps' reference)
+      TileSums<Lanes, T> again;
+      again.add_weights(m, 0, t.nk, Load<T>{t.s + r * t.bk}, Store<T>{t.s + r * t.bk});
+      f[k] = OutputFactors<T>::merge(t.state[r], again.state(m));
+      Pairs::weights(t, r, 1);
+    }
+  }
+}
+
 /// The step of each of the tile's rows over its scores in s (its weights left there, final), O
-/// rescaled where the row's maximum rose; the weights rounded into p16 for bf16 pairs. Lanes: the
-/// weights' exp.
+/// rescaled where the row's maximum rose; the weights rounded into p16 for bf16 pairs, where rows
+/// with a running maximum take steps_against_running_max (their weights straight into p16). Lanes:
+/// the weights' exp.
 template <class Lanes, class Pairs, class T>
 void tile_weights(const AttentionTile<T>& t) {
   constexpr int G = Lanes::rows_at_once;
   for (index_t r0 = 0; r0 < t.rows; r0 += G) {
     const index_t g = t.rows - r0 < G ? t.rows - r0 : G;
     OutputFactors<T> f[G];
-    tile_steps<Lanes, T, G>(t.state + r0, t.keys + r0, t.nk, g, StridedRows<T>{t.s + r0 * t.bk, t.bk}, f);
-    // The weights left in s are final (tile_steps' fb is 1); O is rescaled where the maximum rose.
+    bool weights_rounded = false;
+    if constexpr (!std::is_void<Pairs>::value) {
+      if (t.q16 != nullptr && against_running_max(t, r0, g)) {
+        steps_against_running_max<Lanes, Pairs, T, G>(t, r0, g, f);
+        weights_rounded = true;
+      }
+    }
+    if (!weights_rounded)
+      tile_steps<Lanes, T, G>(t.state + r0, t.keys + r0, t.nk, g, StridedRows<T>{t.s + r0 * t.bk, t.bk}, f);
+    // The weights are final (tile_steps' fb is 1); O is rescaled where the maximum rose.
     for (index_t k = 0; k < g; ++k) {
       T* o = t.o + (r0 + k) * t.dvp;
       if (f[k].fa != T(1))
         for (index_t d = 0; d < t.dvp; ++d) o[d] = f[k].kept(o[d]);
     }
     if constexpr (!std::is_void<Pairs>::value)
-      if (t.q16 != nullptr) Pairs::weights(t, r0, g);
+      if (t.q16 != nullptr && !weights_rounded) Pairs::weights(t, r0, g);
   }
 }
 

@@ -19,7 +19,8 @@ namespace kflash::impl::host::internal {
 ///           products are stored);
 ///   weights: P's rows [r0, r0 + g) = the weights left in s rounded to bf16 (zeros from key nk to
 ///           the next step of pair_keys), called for each group of rows as its tile step ends
-///           (its weights still in L1);
+///           (its weights still in L1); or store_weights and pad_weights for a row whose weights
+///           are rounded as they are computed (s keeping its scores);
 ///   update: o += P V.
 template <class P>
 struct TilePairs {
@@ -47,12 +48,24 @@ struct TilePairs {
   static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
 
   KFLASH_IMPL_BF16_TARGET static void weights(const AttentionTile<float>& t, index_t r0, index_t g) {
-    const index_t nk = keys_in_steps(t);
     for (index_t r = r0; r < r0 + g; ++r) {
-      std::uint16_t* p = t.p16 + r * t.bk;
-      narrow_bf16(t.s + r * t.bk, p, t.nk);
-      for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
+      narrow_bf16(t.s + r * t.bk, t.p16 + r * t.bk, t.nk);
+      pad_weights(t, r);
     }
+  }
+
+  /// P's row r, keys [j, j + n): weights w rounded to bf16 (a row's weights written as they are
+  /// computed; pad_weights then adds its zeros).
+  KFLASH_IMPL_BF16_TARGET static void store_weights(const AttentionTile<float>& t, index_t r, index_t j,
+                                                    const float* w, index_t n) {
+    narrow_bf16(w, t.p16 + r * t.bk + j, n);
+  }
+
+  /// P's row r: zeros from key nk to the next step of pair_keys.
+  static void pad_weights(const AttentionTile<float>& t, index_t r) {
+    const index_t nk = keys_in_steps(t);
+    std::uint16_t* p = t.p16 + r * t.bk;
+    for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
   }
 
   KFLASH_IMPL_BF16_TARGET static void update(const AttentionTile<float>& t) {
