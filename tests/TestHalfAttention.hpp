@@ -159,6 +159,23 @@ void half_attention_cases() {
     run_attention<float>(a, schedules(causal)[1], false, type + " prefill without lse",
                          StoredAs16<H, false, CallAttentionWithoutLse>());
   }
+  // Scores far apart: every query row scores about 100 with key 21 (the first tile) and about 200
+  // with key 305 (the second), each in the second half of a 32-key block. Weights against anything
+  // below a tile's maximum by 88 or more overflow fp32, so the maxima that the bf16 products take as
+  // they store the scores, and the rows' running maxima, must cover every column.
+  {
+    AttnShape s{1, 2, 1, 20, 600, 64, 64};
+    AttnData<float> data = make_attn_data<float>(s, 109);
+    for (std::size_t r = 0; r < s.Hq * s.Nq; ++r) data.q[r * s.D] = 1;
+    data.k[21 * s.D] = 800;
+    data.k[305 * s.D] = 1600;
+    const auto a = rounded16<H>(data);
+    for (const auto& opt : schedules(false))
+      run_attention<float>(a, opt, false, type + " scores far apart", StoredAs16<H>());
+    run_attention<float>(a, schedules(false)[1], false, type + " scores far apart without lse",
+                         StoredAs16<H, false, CallAttentionWithoutLse>());
+    if (::testing::Test::HasFailure()) return;
+  }
   // Decode (a K/V head's 8 query rows: K read by rows), Dv != D (V padded), a block of one row, odd
   // D, Dv and Nk (bf16 pairs padded with zeros). K and V read in place (bf16 pairs formed in
   // registers): 3 and 5 rows a block, D past the last 32 values (odd, and even), odd Nk (a last key

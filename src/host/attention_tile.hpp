@@ -137,19 +137,68 @@ void steps_against_running_max(const AttentionTile<T>& t, index_t r0, index_t g,
   }
 }
 
+/// The step of rows [r0, r0 + g) (g <= G) of a tile on bf16 pairs whose products took their
+/// scores' maxima (Pairs::scores: 16 lanes a row at row_max) in one pass: each row's weights against
+/// its new maximum, the larger of its running maximum and the tile's, rounded into P as they are
+/// computed (s keeps the scores). These are the weights, sums and factors of tile_steps (the same
+/// reference, terms and lane trees) without its pass of maxima, and no row is computed twice.
+/// Returns false, having changed nothing, where a row has hidden keys (their scores are not -inf in
+/// s, nor out of the maxima) or a new maximum that is not finite (tile_steps' special cases).
+template <class Lanes, class Pairs, class T, int G>
+bool steps_against_tile_max(const AttentionTile<T>& t, index_t r0, index_t g, const T* row_max,
+                            OutputFactors<T>* f) {
+  constexpr int W = Lanes::width;
+  typename Lanes::Block lanes[G];
+  T tile_max[G], m[G], roots[G];
+  for (int k = 0; k < G; ++k) {
+    Lanes::fill(lanes[k], -infinity<T>());
+    if (k < g) Lanes::max(lanes[k], Load<T>{row_max + (r0 + k) * W}, 0);
+  }
+  Lanes::max_lanes(lanes, tile_max);
+  for (int k = 0; k < g; ++k) {
+    const index_t r = r0 + k;
+    m[k] = tile_max[k] > t.state[r].max ? tile_max[k] : t.state[r].max;
+    if (t.keys[r].begin > 0 || t.keys[r].end < t.nk || !is_finite(m[k])) return false;
+  }
+  TileSums<Lanes, T> sums[G];
+  const index_t full = t.nk / W * W;
+  for (int k = 0; k < g; ++k) {
+    const index_t r = r0 + k;
+    const WeightTerms<T, Load<T>> terms{Load<T>{t.s + r * t.bk}, m[k]};
+    T w[W];
+    for (index_t j = 0; j < full; j += W) {
+      terms.template block<Lanes>(j, w);
+      Lanes::add(sums[k].lanes, w);
+      Pairs::store_weights(t, r, j, w, W);
+    }
+    for (index_t j = full; j < t.nk; ++j) {
+      w[j - full] = terms(j);
+      sums[k].tail.add_term(w[j - full]);
+    }
+    if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+    Pairs::pad_weights(t, r);
+  }
+  for (int k = 0; k < G; ++k) lanes[k] = sums[k].lanes;  // rows past g: zeros
+  Lanes::sum_trees(lanes, roots);
+  for (int k = 0; k < g; ++k) f[k] = OutputFactors<T>::merge(t.state[r0 + k], sums[k].state(m[k], roots[k]));
+  return true;
+}
+
 /// The step of each of the tile's rows over its scores in s (its weights left there, final), O
 /// rescaled where the row's maximum rose; the weights rounded into p16 for bf16 pairs, where rows
-/// with a running maximum take steps_against_running_max (their weights straight into p16). Lanes:
-/// the weights' exp.
+/// take steps_against_tile_max given the products' row_max (not null), else those with a running
+/// maximum steps_against_running_max (their weights straight into p16). Lanes: the weights' exp.
 template <class Lanes, class Pairs, class T>
-void tile_weights(const AttentionTile<T>& t) {
+void tile_weights(const AttentionTile<T>& t, const T* row_max) {
   constexpr int G = Lanes::rows_at_once;
   for (index_t r0 = 0; r0 < t.rows; r0 += G) {
     const index_t g = t.rows - r0 < G ? t.rows - r0 : G;
     OutputFactors<T> f[G];
     bool weights_rounded = false;
     if constexpr (!std::is_void<Pairs>::value) {
-      if (t.q16 != nullptr && against_running_max(t, r0, g)) {
+      if (t.q16 != nullptr && row_max != nullptr)
+        weights_rounded = steps_against_tile_max<Lanes, Pairs, T, G>(t, r0, g, row_max, f);
+      if (t.q16 != nullptr && !weights_rounded && against_running_max(t, r0, g)) {
         steps_against_running_max<Lanes, Pairs, T, G>(t, r0, g, f);
         weights_rounded = true;
       }
@@ -176,9 +225,13 @@ void attention_tile_steps(const AttentionTile<T>& t) {
                 "kflash: the attention tiles' padding must be a multiple of the register block's columns");
   constexpr bool takes16 = std::is_same<T, float>::value;
   constexpr bool takes_pairs = takes16 && !std::is_void<Pairs>::value;
+  // The lane-wise maxima of the scores of bf16 pairs, where their products take them (Pairs::scores)
+  // and nothing changes the scores after.
+  alignas(64) T row_max_room[takes_pairs ? HostTraits::block_q_bf16 * 16 : 1];
+  const T* row_max = nullptr;
   if (t.part != TilePart::update) {
     if (t.q16 != nullptr) {  // scores from bf16 pairs, then scaled
-      if constexpr (takes_pairs) Pairs::scores(t);
+      if constexpr (takes_pairs) row_max = Pairs::scores(t, row_max_room) ? row_max_room : nullptr;
       else
         pairs_without_products();
     } else if (t.k != nullptr) {  // scores of the nk keys, from K's rows in place
@@ -193,17 +246,19 @@ void attention_tile_steps(const AttentionTile<T>& t) {
     } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
       gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, t.bk, t.D);
     }
-    if (t.softcap != T(0) || t.score_rows != nullptr)
+    if (t.softcap != T(0) || t.score_rows != nullptr) {
+      row_max = nullptr;  // the score stage changes the scores after their maxima were taken
       for (index_t r = 0; r < t.rows; ++r)
         score_stage_row(t.s + r * t.bk, t.keys[r], t.softcap, t.inv_softcap,
                         t.score_rows != nullptr ? t.score_rows + r : nullptr);
+    }
     if (t.part == TilePart::scores) return;
   }
   constexpr ExpAccuracy short_exp = output16_accuracy<T, VB>;
   if (short_exp != ExpAccuracy::full && t.output16_only)
-    tile_weights<VectorLanes<T, VB, short_exp>, Pairs>(t);
+    tile_weights<VectorLanes<T, VB, short_exp>, Pairs>(t, row_max);
   else
-    tile_weights<VectorLanes<T, VB>, Pairs>(t);
+    tile_weights<VectorLanes<T, VB>, Pairs>(t, row_max);
   if (t.q16 != nullptr) {
     if constexpr (takes_pairs) Pairs::update(t);
     else

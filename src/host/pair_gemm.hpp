@@ -14,6 +14,7 @@
 #include "gemm.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 #include <kflash/impl/host/host_kernels.hpp>
 
@@ -41,14 +42,24 @@ struct DotPairs {
     acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
   }
   KFLASH_IMPL_BF16_TARGET static void scale(acc_type& acc, float s) { acc = _mm512_mul_ps(acc, _mm512_set1_ps(s)); }
+  /// m = max(x, m) lane by lane; a NaN in x leaves m (vmaxps returns its second operand then). (The
+  /// masked form: GCC 12 warns that the unmasked one's undefined pass-through may be uninitialised.)
+  KFLASH_IMPL_BF16_TARGET static void max(acc_type& m, const acc_type& x) {
+    m = _mm512_mask_max_ps(m, __mmask16(0xffff), x, m);
+  }
 };
 
 /// c += a b, or c = scale (a b), for an R x (NV vectors) block of c, in the broadcast form: each
-/// pair k loads NV vectors of b's row k and broadcasts row r's pair k.
-template <class P, int R, int NV, bool Accumulate>
-inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                       index_t K, float scale) {
+/// pair k loads NV vectors of b's row k and broadcasts row r's pair k. With Max (c = scale (a b)
+/// only), max[r] takes the lane-wise maximum of row r's values stored (NaN ignored): the caller
+/// holds it in registers across a row block's columns. LDA: a's row stride where it is a constant
+/// (0: lda), so that a's rows are one register and constant offsets rather than a register each.
+template <class P, int R, int NV, bool Accumulate, index_t LDA, bool Max = false>
+inline void pair_block(const std::uint16_t* a, index_t lda_given, const std::uint16_t* b, index_t ldb, float* c,
+                       index_t ldc, index_t K, float scale, typename P::acc_type* max = nullptr) {
+  static_assert(!(Accumulate && Max), "kflash: maxima of products, not of sums added to c");
   constexpr int W = P::W;
+  const index_t lda = LDA != 0 ? LDA : lda_given;
   typename P::acc_type acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) {
@@ -70,23 +81,43 @@ inline void pair_block(const std::uint16_t* a, index_t lda, const std::uint16_t*
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) {
       if (!Accumulate) P::scale(acc[r][j], scale);
+      if (Max) P::max(max[r], acc[r][j]);
       __builtin_memcpy(c + r * ldc + j * W, &acc[r][j], sizeof acc[r][j]);
     }
 }
 
-/// c += a b, or c = scale (a b), for M x N (N a multiple of NV vectors' columns), by blocks of R rows
-/// (the rows left one by one), with the products of P.
-template <class P, int R, int NV, bool Accumulate>
-inline void pair_gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                      index_t M, index_t N, index_t K, float scale) {
+/// The R rows of c from row i on, by pair_block over N columns; with row_max (not null, c = scale
+/// (a b) only), row r's W lanes at row_max + r W become the lane-wise maxima of its values.
+template <class P, int R, int NV, bool Accumulate, index_t LDA>
+inline void pair_rows(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
+                      index_t N, index_t K, float scale, float* row_max) {
   constexpr index_t C = NV * P::W;
+  if constexpr (!Accumulate) {
+    if (row_max != nullptr) {
+      typename P::acc_type max[R];
+      for (int r = 0; r < R; ++r) __builtin_memcpy(&max[r], row_max + r * P::W, sizeof max[r]);
+      for (index_t j = 0; j < N; j += C)
+        pair_block<P, R, NV, false, LDA, true>(a, lda, b + 2 * j, ldb, c + j, ldc, K, scale, max);
+      for (int r = 0; r < R; ++r) __builtin_memcpy(row_max + r * P::W, &max[r], sizeof max[r]);
+      return;
+    }
+  }
+  for (index_t j = 0; j < N; j += C)
+    pair_block<P, R, NV, Accumulate, LDA>(a, lda, b + 2 * j, ldb, c + j, ldc, K, scale);
+}
+
+/// c += a b, or c = scale (a b), for M x N (N a multiple of NV vectors' columns), by blocks of R rows
+/// (the rows left one by one), with the products of P; row_max as pair_rows', for all M rows; LDA
+/// as pair_block's.
+template <class P, int R, int NV, bool Accumulate, index_t LDA = 0>
+inline void pair_gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
+                      index_t M, index_t N, index_t K, float scale, float* row_max) {
+  const auto rows_max = [&](index_t i) { return row_max != nullptr ? row_max + i * P::W : nullptr; };
   index_t i = 0;
   for (; i + R <= M; i += R)
-    for (index_t j = 0; j < N; j += C)
-      pair_block<P, R, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K, scale);
+    pair_rows<P, R, NV, Accumulate, LDA>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, N, K, scale, rows_max(i));
   for (; i < M; ++i)
-    for (index_t j = 0; j < N; j += C)
-      pair_block<P, 1, NV, Accumulate>(a + i * lda, lda, b + 2 * j, ldb, c + i * ldc + j, ldc, K, scale);
+    pair_rows<P, 1, NV, Accumulate, LDA>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, N, K, scale, rows_max(i));
 }
 
 /// y[0, n) = x[0, n) rounded to bf16, to nearest even, by vcvtneps2bf16 (an AVX512-BF16
@@ -103,18 +134,30 @@ KFLASH_IMPL_BF16_TARGET inline void narrow_bf16(const float* x, std::uint16_t* y
 
 /// The register-block products: c += a b (accumulate) or c = scale (a b) with the broadcast blocks of
 /// P, 8 rows by 2 vectors. Session: what a tile's products need around them (nothing here).
+/// row_maxima: c = scale (a b) may also take each row's maximum (pair_gemm's row_max) as the
+/// blocks are stored.
 template <class P>
 struct BlockPairs {
   struct Session {
     Session() {}  // user-provided: a Session is a scope, not an unused value
   };
+  static constexpr bool row_maxima = true;
   static void gemm(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb, float* c, index_t ldc,
-                   index_t M, index_t N, index_t K, bool accumulate, float scale = 1.0f) {
+                   index_t M, index_t N, index_t K, bool accumulate, float scale = 1.0f, float* row_max = nullptr) {
     constexpr int R = HostTraits::gemm_rows<64>, NV = HostTraits::gemm_vectors;
-    if (accumulate)
-      pair_gemm<P, R, NV, true>(a, lda, b, ldb, c, ldc, M, N, K, scale);
+    // a's row strides of the tiles' products as constants: q16's d16 at D = 64 and 128, p16's bk.
+    const auto with_lda = [&](auto lda_constant) {
+      constexpr index_t L = decltype(lda_constant)::value;
+      if (accumulate)
+        pair_gemm<P, R, NV, true, L>(a, lda, b, ldb, c, ldc, M, N, K, scale, nullptr);
+      else
+        pair_gemm<P, R, NV, false, L>(a, lda, b, ldb, c, ldc, M, N, K, scale, row_max);
+    };
+    if (lda == 64) with_lda(std::integral_constant<index_t, 64>{});
+    else if (lda == 128) with_lda(std::integral_constant<index_t, 128>{});
+    else if (lda == HostTraits::block_k_bf16) with_lda(std::integral_constant<index_t, HostTraits::block_k_bf16>{});
     else
-      pair_gemm<P, R, NV, false>(a, lda, b, ldb, c, ldc, M, N, K, scale);
+      with_lda(std::integral_constant<index_t, 0>{});
   }
 };
 
@@ -126,6 +169,8 @@ struct BlockPairs {
 /// user of the thread's tiles may have changed it since the last tile), the tiles released when it
 /// ends.
 struct AmxPairs {
+  /// The tiles store their sums unscaled: no maxima taken as they are stored.
+  static constexpr bool row_maxima = false;
   struct Config {
     std::uint8_t palette = 1, start_row = 0;
     std::uint8_t reserved[14] = {};

@@ -16,7 +16,10 @@ namespace kflash::impl::host::internal {
 /// (BlockPairs<DotPairs>, AmxPairs) on K and V staged in pairs, or with rows_nt and rows_pairs on
 /// K's and V's rows in place (k16, v16), within a Session (P's) the caller holds around the tile:
 ///   scores: s = (q16 K^T) score_scale, for the rows rounded up to 16 (the scale applied as the
-///           products are stored);
+///           products are stored); given row_max (room for HostTraits::block_q_bf16 rows of 16
+///           lanes), returns whether it also took the lane-wise maxima of each row's scores there
+///           as they were stored: products on staged pairs whose tile has no keys past nk (the
+///           rows read in place and AMX's tiles take none);
 ///   weights: P's rows [r0, r0 + g) = the weights left in s rounded to bf16 (zeros from key nk to
 ///           the next step of pair_keys), called for each group of rows as its tile step ends
 ///           (its weights still in L1); or store_weights and pad_weights for a row whose weights
@@ -32,17 +35,26 @@ struct TilePairs {
 
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
 
-  KFLASH_IMPL_BF16_TARGET static void scores(const AttentionTile<float>& t) {
+  KFLASH_IMPL_BF16_TARGET static bool scores(const AttentionTile<float>& t, float* row_max) {
     if (t.k16 != nullptr && LaneRowsNt::takes(t.rows, t.D)) {  // K's rows in place, a few query rows
       LaneRowsNt::apply(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D, t.score_scale, t.k16_next, t.nk_next);
-      return;
+      return false;
     }
     if (t.k16 != nullptr) {  // K's rows in place
       rows_nt<HostTraits::dot_block, HostTraits::dot_block>(t.q16, t.d16, t.k16, t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
                                                             t.score_scale, t.k16_next, t.nk_next);
-      return;
+      return false;
     }
-    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, rows16(t), t.bk, t.d16 / 2, false, t.score_scale);
+    const index_t m = rows16(t);
+    if constexpr (P::row_maxima) {
+      if (row_max != nullptr && t.nk == t.bk && m <= HostTraits::block_q_bf16) {
+        for (index_t i = 0; i < m * 16; ++i) row_max[i] = -infinity<float>();
+        P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, m, t.bk, t.d16 / 2, false, t.score_scale, row_max);
+        return true;
+      }
+    }
+    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, m, t.bk, t.d16 / 2, false, t.score_scale);
+    return false;
   }
 
   static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
