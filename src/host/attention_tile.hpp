@@ -243,8 +243,9 @@ void attention_tile_steps(const AttentionTile<T>& t) {
           gemm_nt<T, VB, DB, DB, B>(t.q, t.D, reinterpret_cast<const B*>(t.k16), t.ldk, t.s, t.bk, t.rows, t.nk, t.D,
                                     reinterpret_cast<const B*>(t.k16_next), t.nk_next);
         });
-    } else {  // scores for all bk columns of kt (columns past nk hold leftovers and are never read)
-      gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, t.bk, t.D);
+    } else {  // scores for nk columns of kt and up to the register block's next (leftovers, never read)
+      constexpr index_t C = NV * VB / index_t(sizeof(T));
+      gemm<T, R, NV, VB, false>(t.q, t.D, t.kt, t.ldkt, t.s, t.bk, t.rows, (t.nk + C - 1) / C * C, t.D);
     }
     if (t.softcap != T(0) || t.score_rows != nullptr) {
       row_max = nullptr;  // the score stage changes the scores after their maxima were taken

@@ -34,6 +34,7 @@ struct TilePairs {
                 "kflash: the tiles' keys and padding must be whole steps of the bf16 pairs' products");
 
   static index_t rows16(const AttentionTile<float>& t) { return (t.rows + 15) / 16 * 16; }
+  static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
 
   KFLASH_IMPL_BF16_TARGET static bool scores(const AttentionTile<float>& t, float* row_max) {
     if (t.k16 != nullptr && LaneRowsNt::takes(t.rows, t.D)) {  // K's rows in place, a few query rows
@@ -53,11 +54,10 @@ struct TilePairs {
         return true;
       }
     }
-    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, m, t.bk, t.d16 / 2, false, t.score_scale);
+    // The keys up to the next step of 32 only: a causal block's last tile ends at its last visible key.
+    P::gemm(t.q16, t.d16, t.k_pairs, 2 * t.ldk_pairs, t.s, t.bk, m, keys_in_steps(t), t.d16 / 2, false, t.score_scale);
     return false;
   }
-
-  static index_t keys_in_steps(const AttentionTile<float>& t) { return (t.nk + pair_keys - 1) / pair_keys * pair_keys; }
 
   KFLASH_IMPL_BF16_TARGET static void weights(const AttentionTile<float>& t, index_t r0, index_t g) {
     for (index_t r = r0; r < r0 + g; ++r) {
