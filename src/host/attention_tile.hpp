@@ -74,6 +74,25 @@ void with_operand16(Storage16 format, F&& f) {
   std::abort();
 }
 
+/// Row r's weights terms(j), j < nk (WeightTerms, WeightsAgainst), added into sums and rounded into
+/// P's row as each block of them is computed (s keeps the scores).
+template <class Lanes, class Pairs, class T, class Terms>
+void rounded_weights(const AttentionTile<T>& t, index_t r, const Terms& terms, TileSums<Lanes, T>& sums) {
+  constexpr int W = Lanes::width;
+  const index_t full = t.nk / W * W;
+  T w[W];
+  for (index_t j = 0; j < full; j += W) {
+    terms.template block<Lanes>(j, w);
+    Lanes::add(sums.lanes, w);
+    Pairs::store_weights(t, r, j, w, W);
+  }
+  for (index_t j = full; j < t.nk; ++j) {
+    w[j - full] = terms(j);
+    sums.tail.add_term(w[j - full]);
+  }
+  if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+}
+
 /// Whether rows [r0, r0 + g) of a tile on bf16 pairs may take steps_against_running_max: each has
 /// a finite running maximum.
 template <class T>
@@ -92,11 +111,9 @@ bool against_running_max(const AttentionTile<T>& t, index_t r0, index_t g) {
 /// (tile_steps' reference then), into s, and rounded by Pairs::weights.
 template <class Lanes, class Pairs, class T, int G>
 void steps_against_running_max(const AttentionTile<T>& t, index_t r0, index_t g, OutputFactors<T>* f) {
-  constexpr int W = Lanes::width;
   typename Lanes::Block max[G], lanes[G];
   T tail_max[G], lane_max[G], roots[G];
   TileSums<Lanes, T> sums[G];
-  const index_t full = t.nk / W * W;
   for (int k = 0; k < G; ++k) {
     Lanes::fill(max[k], -infinity<T>());
     tail_max[k] = -infinity<T>();
@@ -106,18 +123,9 @@ void steps_against_running_max(const AttentionTile<T>& t, index_t r0, index_t g,
     const KeyRange& kr = t.keys[r];
     if (kr.begin > 0 || kr.end < t.nk)  // some pairs hidden: their scores -inf first, as tile_steps does
       for (index_t j = 0; j < t.nk; ++j) s[j] = score_stage(s[j], kr, j);
-    const WeightsAgainst<Lanes, T, Load<T>> terms{Load<T>{s}, t.state[r].max, &max[k], &tail_max[k]};
-    T w[W];
-    for (index_t j = 0; j < full; j += W) {
-      terms.template block<Lanes>(j, w);
-      Lanes::add(sums[k].lanes, w);
-      Pairs::store_weights(t, r, j, w, W);
-    }
-    for (index_t j = full; j < t.nk; ++j) {
-      w[j - full] = terms(j);
-      sums[k].tail.add_term(w[j - full]);
-    }
-    if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+    rounded_weights<Lanes, Pairs>(t, r, WeightsAgainst<Lanes, T, Load<T>>{Load<T>{s}, t.state[r].max, &max[k],
+                                                                          &tail_max[k]},
+                                  sums[k]);
   }
   Lanes::max_lanes(max, lane_max);
   for (int k = 0; k < G; ++k) lanes[k] = sums[k].lanes;  // rows past g: zeros
@@ -161,21 +169,9 @@ bool steps_against_tile_max(const AttentionTile<T>& t, index_t r0, index_t g, co
     if (t.keys[r].begin > 0 || t.keys[r].end < t.nk || !is_finite(m[k])) return false;
   }
   TileSums<Lanes, T> sums[G];
-  const index_t full = t.nk / W * W;
   for (int k = 0; k < g; ++k) {
     const index_t r = r0 + k;
-    const WeightTerms<T, Load<T>> terms{Load<T>{t.s + r * t.bk}, m[k]};
-    T w[W];
-    for (index_t j = 0; j < full; j += W) {
-      terms.template block<Lanes>(j, w);
-      Lanes::add(sums[k].lanes, w);
-      Pairs::store_weights(t, r, j, w, W);
-    }
-    for (index_t j = full; j < t.nk; ++j) {
-      w[j - full] = terms(j);
-      sums[k].tail.add_term(w[j - full]);
-    }
-    if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+    rounded_weights<Lanes, Pairs>(t, r, WeightTerms<T, Load<T>>{Load<T>{t.s + r * t.bk}, m[k]}, sums[k]);
     Pairs::pad_weights(t, r);
   }
   for (int k = 0; k < G; ++k) lanes[k] = sums[k].lanes;  // rows past g: zeros
