@@ -69,6 +69,20 @@ __attribute__((target("avx512f,avx512dq"))) inline void narrow_bf16_16(const __m
   r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), top, _mm512_set1_epi32(0x40));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_maskz_cvtepi32_epi16(0xFFFF, r));
 }
+/// narrow_bf16_16 on two vectors at once, a at y and b at y + 16: vcvtne2ps2bf16 rounds both in
+/// one instruction and one 64-byte store writes them, where neither has a subnormal lane.
+__attribute__((target("avx512f,avx512dq"))) inline void narrow_bf16_32(const __m512& a, const __m512& b,
+                                                                       std::uint16_t* y) {
+  if (rounds_bf16_by_instruction &&
+      (_mm512_fpclass_ps_mask(a, 0x20 /* subnormal */) | _mm512_fpclass_ps_mask(b, 0x20)) == 0) {
+    __m512i r;
+    __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(b), "v"(a));  // a to the low half
+    _mm512_storeu_si512(y, r);
+    return;
+  }
+  narrow_bf16_16(a, y);
+  narrow_bf16_16(b, y + 16);
+}
 #endif
 
 /// f(storage) with storage a null B* of `format`'s type (Bfloat16, Float16): the 16-bit kernels'
@@ -195,13 +209,29 @@ inline void narrow_vector(const typename Vec<float, VB>::type& v, Float16* y) {
   for (int l = 0; l < VB / 4; ++l) y[l].bits = Float16::from_float(Vec<float, VB>::lane(v, l));
 }
 
-/// The stores of a write pass into 16-bit outputs: each vector rounded once (narrow_vector).
+/// The stores of a write pass into 16-bit outputs: each vector rounded once (narrow_vector); where
+/// `pairs<B>`, two vectors at once (store_pair: bf16 on AVX-512, narrow_bf16_32).
 template <int VB>
 struct Narrowing {
   template <class B>
   static void store(B* p, const typename Vec<float, VB>::type& v) {
     narrow_vector<VB>(v, p);
   }
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+  template <class B>
+  static constexpr bool pairs = VB == 64 && std::is_same<B, Bfloat16>::value;
+  static void store_pair(Bfloat16* p, const typename Vec<float, VB>::type& a, const typename Vec<float, VB>::type& b) {
+    __m512 x, y;
+    __builtin_memcpy(&x, &a, sizeof x);
+    __builtin_memcpy(&y, &b, sizeof y);
+    narrow_bf16_32(x, y, &p->bits);
+  }
+#else
+  template <class B>
+  static constexpr bool pairs = false;
+  template <class B>
+  static void store_pair(B*, const typename Vec<float, VB>::type&, const typename Vec<float, VB>::type&) {}
+#endif
 };
 
 /// y[0, n) = x[0, n) rounded to nearest even (narrow_vector).

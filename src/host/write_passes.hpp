@@ -107,6 +107,26 @@ inline index_t write_vectors(const B* x, Y* y, index_t i, index_t n, const F& f)
   return i;
 }
 
+/// write_vectors into 16-bit outputs that Narrowing rounds two vectors at a time (store_pair).
+template <class T, int VB, class B, class Y, class F>
+inline index_t write_vector_pairs(const B* x, Y* y, index_t i, index_t n, const F& f) {
+  using V = Vec<T, VB>;
+  constexpr int W = VB / int(sizeof(T));
+  alignas(VB) T xl[2 * W], w[2 * W];
+  typename V::type v, u;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    Operand<T, VB, B>::load(v, x + i);
+    V::store(xl, v);
+    Operand<T, VB, B>::load(v, x + i + W);
+    V::store(xl + W, v);
+    apply_lanes<T, VB, 2 * W>(f, xl, w);
+    V::load(v, w);
+    V::load(u, w + W);
+    Narrowing<VB>::store_pair(y + i, v, u);
+  }
+  return i;
+}
+
 /// The write pass y[i] = f(x[i]), i in [0, n), x stored as B, y as Y (T, or 16-bit: each output
 /// rounded once; those take no non-temporal stores).
 template <class T, int VB, class B, class Y, class F>
@@ -128,6 +148,7 @@ inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, boo
       i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
     }
   } else {
+    if constexpr (Narrowing<VB>::template pairs<Y>) i = write_vector_pairs<T, VB>(x, y, i, n, f);
     i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
   }
   for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
