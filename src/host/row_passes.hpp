@@ -162,30 +162,45 @@ void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, Sta
   if (stream) Stream<T, VB>::fence();
 }
 
+/// The factor that scales a tile's stored weights into softmax's outputs: exp(tile's reference -
+/// row max) / l, split in two (`first`, then `factor`) where it is below the smallest normal
+/// number: a weight up to e^stored_slack times a subnormal (or flushed) factor would lose the
+/// probabilities down to the smallest normal number, so the weights are scaled down by
+/// e^-stored_slack first, then by the factor that much larger (still at most 1: it is tiny).
+template <class T, class Tiles>
+struct TileFactor {
+  T first = T(1), factor;
+  bool twice = false;
+  TileFactor(T ref, T row_max, T inv_sum) : factor(SoftmaxState<T>::weight(ref, row_max) * inv_sum) {
+    if (factor < std::numeric_limits<T>::min() && is_finite(row_max)) {
+      first = exp_nonpositive(-Tiles::stored_slack);
+      factor = exp_nonpositive(ref - row_max + Tiles::stored_slack) * inv_sum;
+      twice = true;
+    }
+  }
+};
+
 /// softmax's write pass after a state pass that stored its weights (`done`): y = w exp(tile max -
-/// row max) / l a tile at a time, each tile followed by the same tile of `beside`'s state pass (if
-/// any; its row has n elements too, and its weights may go where done's were: each tile is
-/// scaled before `beside` computes it). y may be done's w (in place).
+/// row max) / l a tile at a time, each tile after the same tile of `beside`'s state pass (if any;
+/// its row has n elements too, its weights stored elsewhere). Each tile's factor is computed a tile
+/// ahead (the first before `beside`'s first tile): its exp's latency overlaps a tile's passes
+/// instead of holding up the tile's scaling. y may be done's w (in place).
 template <class T, int VB, class B, ExpAccuracy A>
 void scale_pass_beside(const StatePass<T, VB, B, A>& done, B* y, bool stream, StatePass<T, VB, B, A>* beside) {
-  using Tiles = decltype(done.rows);
+  using Factor = TileFactor<T, decltype(done.rows)>;
   const T inv_sum = SoftmaxNormalizer<T>(done.state()).inv_sum;
   const T row_max = done.state().max;
+  Factor f(done.tile_max[0], row_max, inv_sum);
   for (index_t b = 0; b < done.n; b += HostTraits::tile) {
     const index_t e = b + HostTraits::tile < done.n ? b + HostTraits::tile : done.n;
-    const T ref = done.tile_max[b / HostTraits::tile];
-    const T f = SoftmaxState<T>::weight(ref, row_max) * inv_sum;
-    if (f < std::numeric_limits<T>::min() && is_finite(row_max)) {
-      // A weight up to e^stored_slack times a subnormal (or flushed) factor would lose the
-      // probabilities down to the smallest normal number: the weights are scaled down by
-      // e^-stored_slack first, then by the factor that much larger (still at most 1: f is tiny).
-      const T first = exp_nonpositive(-Tiles::stored_slack);
-      const T factor = exp_nonpositive(ref - row_max + Tiles::stored_slack) * inv_sum;
-      write_pass<T, VB>(done.w + b, y + b, e - b, ScaledTwice<T>{first, factor}, stream, false);
-    } else {
-      write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f}, stream, false);
-    }
     if (beside != nullptr) beside->tile(b);
+    const Factor next = e < done.n ? Factor(done.tile_max[e / HostTraits::tile], row_max, inv_sum) : f;
+    if (f.twice) {
+      write_pass<T, VB>(done.w + b, y + b, e - b, ScaledTwice<T>{f.first, f.factor}, stream, false);
+    } else {
+      write_pass<T, VB>(done.w + b, y + b, e - b, Scaled<T>{f.factor}, stream, false);
+    }
+    f = next;
   }
   if (stream) Stream<T, VB>::fence();
 }
@@ -221,13 +236,13 @@ void run_rows(const RowBlock<T, B>& blk) {
   // The state pass of each row, then its write pass (softmax, log_softmax). The write pass of row r
   // runs a tile at a time alongside the state pass of row r + 1: the reads of one and the writes
   // of the other share the memory system, instead of taking turns.
-  // softmax rows with WeightsAt::scratch keep their weights there (one exp per element). One row's
-  // room is enough: each tile of row r is scaled into y before row r + 1's tile overwrites it.
+  // softmax rows with WeightsAt::scratch keep their weights there (one exp per element), even rows
+  // in its first half, odd rows in its second (weights_elements).
   if (blk.rows <= 0) return;
   const bool stored = blk.op == RowOp::softmax && blk.weights_at == WeightsAt::scratch;
   auto pass_of = [&](index_t r) {
-    return StatePass<T, VB, B, A>{blk.x + r * blk.ldx, n, stored ? blk.weights : nullptr,
-                                  stored ? blk.weights + n : nullptr};
+    T* w = stored ? blk.weights + r % 2 * row_weights_elements(n) : nullptr;
+    return StatePass<T, VB, B, A>{blk.x + r * blk.ldx, n, w, stored ? w + n : nullptr};
   };
   StatePass<T, VB, B, A> next = pass_of(0);
   next.all();

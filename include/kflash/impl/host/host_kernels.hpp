@@ -136,8 +136,11 @@ enum class WeightsAt {
   scratch      ///< in RowBlock::weights (weights_elements(cols) elements)
 };
 
-/// The elements of a row's weights in RowBlock::weights: the weights and one maximum per tile.
-constexpr index_t weights_elements(index_t cols) { return cols + cols / HostTraits::tile + 1; }
+/// The elements of one row's weights: the weights and one maximum per tile.
+constexpr index_t row_weights_elements(index_t cols) { return cols + cols / HostTraits::tile + 1; }
+/// The elements of RowBlock::weights: two rows' (row_weights_elements each), so that one row's
+/// state pass stores its weights while the row before it is scaled out of the other half.
+constexpr index_t weights_elements(index_t cols) { return 2 * row_weights_elements(cols); }
 
 /// Whole rows: row r of x at x + r * ldx, cols elements each, contiguous. softmax and log_softmax
 /// write row r of y at y + r * ldy (y may be x); logsumexp writes out[r * ldout]. With `stream`,
