@@ -14,6 +14,12 @@ namespace kflash::impl::host::internal {
 
 constexpr index_t block16 = HostTraits::widened_block;
 
+/// The accuracy of softmax's weights over rows stored as B, all of whose outputs are B: bf16's
+/// half ulp allows ExpAccuracy::output_bf16, fp16's ExpAccuracy::output16.
+template <int VB, class B>
+constexpr ExpAccuracy rows16_accuracy =
+    exp_accuracy<float, VB, std::is_same<B, Bfloat16>::value ? ExpAccuracy::output_bf16 : ExpAccuracy::output16>;
+
 template <int VB>
 SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) {
   return with_storage(f, [&](auto* storage) {
@@ -29,7 +35,7 @@ void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y
                  const SoftmaxNormalizer<float>& norm) {
   with_storage(f, [&](auto* storage) {
     using B = std::remove_pointer_t<decltype(storage)>;
-    constexpr ExpAccuracy A = output16_accuracy<float, VB>;
+    constexpr ExpAccuracy A = rows16_accuracy<VB, B>;
     write_row<float, VB, B, A>(op, reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), n, norm, false);
   });
 }
@@ -80,7 +86,6 @@ void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, in
 /// Whole 16-bit rows (RowBlock16); softmax's weights by the exp its 16-bit outputs allow.
 template <int VB>
 void run_rows16(const RowBlock16& b) {
-  constexpr ExpAccuracy A = output16_accuracy<float, VB>;
   const index_t n = b.cols;
   auto store_lse = [&](index_t r, float lse) {
     if (b.out != nullptr) b.out[r * b.ldout] = lse;
@@ -89,6 +94,7 @@ void run_rows16(const RowBlock16& b) {
   float lse[block16];
   with_storage(b.format, [&](auto* storage) {  // through run_rows' passes, read widened as they load
     using B = std::remove_pointer_t<decltype(storage)>;
+    constexpr ExpAccuracy A = rows16_accuracy<VB, B>;
     const bool stored = b.op == RowOp::softmax && b.buffer != nullptr && b.buffer_elements >= weights_elements(n);
     for (index_t r0 = 0; r0 < b.rows; r0 += block16) {
       const index_t g = b.rows - r0 < block16 ? b.rows - r0 : block16;

@@ -108,11 +108,14 @@ struct LaneExp<float, 64> : TableExp<64> {};
 #endif
 
 #if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
-/// fp32 on AVX-512, within 2^-17 relative (ExpAccuracy::output16): exp(x) = 2^t with t = x log2(e)
-/// (rounded: an error of |t| 2^-24, below 2^-17 relative where t >= -126), 2^(t - floor t) by a
-/// degree-4 polynomial on [0, 1) (fitted to its relative error, 2^-18.4, with 2^0 = 1 exactly),
-/// scaled by 2^floor(t) with `vscalefps`, which also gives 0 for -inf and t below -150, subnormals
-/// between, and NaN for NaN. 7 operations a vector, against TableExp's 13.
+/// fp32 on AVX-512 for weights whose outputs are rounded to 16 bits (ExpAccuracy): exp(x) = 2^t with
+/// t = x log2(e) (rounded: an error of |t| 2^-24, below 2^-17 relative where t >= -126), 2^(t -
+/// floor t) by a polynomial of degree `Degree` on [0, 1) fitted to its relative error, with 2^0 = 1
+/// exactly (degree 4: within 2^-18.4, ExpAccuracy::output16; degree 3: within 2^-13.5,
+/// ExpAccuracy::output_bf16), scaled by 2^floor(t) with `vscalefps`, which also gives 0 for -inf
+/// and t below -150, subnormals between, and NaN for NaN. 6-7 operations a vector, against
+/// TableExp's 13.
+template <int Degree>
 struct ScalefExp {
   using V = Vec<float, 64>;
   __attribute__((target("avx512f,avx512dq"))) static void exp(V::type& x) {
@@ -121,9 +124,16 @@ struct ScalefExp {
     // forms with every lane set are the plain instructions; the plain intrinsics start from an
     // undefined vector that GCC 12 warns about.
     const V::type f = (V::type)_mm512_maskz_reduce_ps(__mmask16(0xffff), (__m512)t, 0x09);
-    V::type q = f * 0x1.b7f732p-7f + 0x1.abf868p-5f;
-    q = q * f + 0x1.ee245p-3f;
-    q = q * f + 0x1.62d6c6p-1f;
+    V::type q;
+    if constexpr (Degree == 4) {
+      q = f * 0x1.b7f732p-7f + 0x1.abf868p-5f;
+      q = q * f + 0x1.ee245p-3f;
+      q = q * f + 0x1.62d6c6p-1f;
+    } else {
+      static_assert(Degree == 3, "kflash: ScalefExp has polynomials of degree 3 and 4");
+      q = f * 0x1.3ba78cp-4f + 0x1.d2393ap-3f;
+      q = q * f + 0x1.63e64p-1f;
+    }
     const V::type p = q * f + 1.0f;
     x = (V::type)_mm512_maskz_scalef_ps(__mmask16(0xffff), (__m512)p, (__m512)t);
   }
@@ -144,8 +154,10 @@ struct ScalefExp {
 /// How exact a row kernel's exp must be. full: LaneExp's (about an ulp of T). output16: for weights
 /// whose outputs are rounded to 16 bits and nothing else (softmax of bf16 and fp16 rows: not their
 /// sums, which log_softmax and logsumexp return): within 2^-17 relative, so that an output stays
-/// within the 1 ulp GUIDE §9 allows (half an ulp of fp16 is at least 2^-12).
-enum class ExpAccuracy { full, output16 };
+/// within the 1 ulp GUIDE §9 allows (half an ulp of fp16 is at least 2^-12). output_bf16: the
+/// same for outputs rounded to bf16 only: within 2^-13 relative (half an ulp of bf16 is at least
+/// 2^-9).
+enum class ExpAccuracy { full, output16, output_bf16 };
 
 /// The exp of accuracy A on vectors of VB bytes of T: LaneExp unless a cheaper one meets A.
 template <class T, int VB, ExpAccuracy A>
@@ -155,16 +167,23 @@ struct ExpOf {
 #if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
 template <>
 struct ExpOf<float, 64, ExpAccuracy::output16> {
-  using type = ScalefExp;
+  using type = ScalefExp<4>;
+};
+template <>
+struct ExpOf<float, 64, ExpAccuracy::output_bf16> {
+  using type = ScalefExp<3>;
 };
 #endif
 
-/// The accuracy a kernel of 16-bit outputs asks for: output16 where it has an exp of its own, full
-/// elsewhere (so that no kernel is compiled twice with the same exp).
+/// The accuracy a kernel that allows A asks for: A where it has an exp of its own, full elsewhere
+/// (so that no kernel is compiled twice with the same exp).
+template <class T, int VB, ExpAccuracy A>
+constexpr ExpAccuracy exp_accuracy =
+    std::is_same<typename ExpOf<T, VB, A>::type, LaneExp<T, VB>>::value ? ExpAccuracy::full : A;
+
+/// The accuracy a kernel of 16-bit outputs (bf16 or fp16) asks for.
 template <class T, int VB>
-constexpr ExpAccuracy output16_accuracy =
-    std::is_same<typename ExpOf<T, VB, ExpAccuracy::output16>::type, LaneExp<T, VB>>::value ? ExpAccuracy::full
-                                                                                          : ExpAccuracy::output16;
+constexpr ExpAccuracy output16_accuracy = exp_accuracy<T, VB, ExpAccuracy::output16>;
 
 #if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
 /// fp64 on AVX-512, where exp_nonpositive's degree-12 polynomial bounds the row kernels: a table of
