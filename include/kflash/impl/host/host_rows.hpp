@@ -35,7 +35,8 @@ HostRowPlan plan_host_rows(RowOp op, const RowPlan& rows) {
   if (op != RowOp::softmax) return p;
   if (rows.cols <= HostTraits::tile || (!p.stream && bytes <= HostTraits::stored_weights_bytes)) {
     p.weights_at = WeightsAt::output;
-  } else if (rows.chunks == 1 && weights_elements(rows.cols) * index_t(sizeof(T)) <= HostTraits::buffered_weights_bytes) {
+  } else if (rows.chunks == 1 &&
+             weights_elements(rows.cols) * index_t(sizeof(T)) <= HostTraits::buffered_weights_bytes) {
     p.weights_at = WeightsAt::scratch;
     p.weights_bytes = std::size_t(weights_elements(rows.cols)) * sizeof(T);
   }
