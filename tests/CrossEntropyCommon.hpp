@@ -84,12 +84,12 @@ void check_cross_entropy(std::size_t rows, std::size_t cols, const std::vector<T
     const T* x = host.data() + r * cols;
     const ld ref = reference_loss(x, cols, targets[r], o);
     const bool ignored = targets[r] == o.ignore_index;  // exactly 0
-    // Label smoothing takes the logits' mean from their sum in T, plain within a tile of 512 and
-    // compensated across tiles: up to min(cols, 512) roundings of the magnitudes' sum, over cols.
+    // Label smoothing takes the logits' mean from their sum in T, plain within a host tile and
+    // compensated across tiles: up to min(cols, tile) roundings of the magnitudes' sum, over cols.
     ld magnitudes = 0;
     for (std::size_t c = 0; c < cols; ++c)
       if (std::isfinite(x[c])) magnitudes += std::fabs(ld(x[c]));
-    const ld mean_tol = ld(o.label_smoothing) * eps<T> * ld(std::min<std::size_t>(cols, 512)) * magnitudes / ld(cols);
+    const ld mean_tol = ld(o.label_smoothing) * eps<T> * ld(std::min<std::size_t>(cols, kflash::impl::HostTraits::tile)) * magnitudes / ld(cols);
     const ld tol = ignored ? 0 : loss_tolerance<T>(ref, reference_row(x, cols).lse(), o) + mean_tol;
     expect_loss_matches(ref, got[r], tol, where + " row " + std::to_string(r));
     if (::testing::Test::HasFatalFailure()) return;

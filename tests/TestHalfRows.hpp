@@ -121,25 +121,27 @@ void check_half_rows() {
                                                        big, big, -big, 0.0f}),
                                             "special");
   // The same in rows longer than a tile, past the first vectors and in the last tile's tail.
-  std::vector<float> special = normal_values<float>(5 * 1500, 19, 3.0);
-  for (std::size_t c = 0; c < 1500; c += 7) special[c] = -i;  // row 0: masked elements
-  for (std::size_t c = 1500; c < 3000; ++c) special[c] = -i;  // row 1: fully masked
-  special[2 * 1500 + 1003] = nan<float>;                      // row 2: NaN
-  special[3 * 1500 + 1498] = i;                               // row 3: +inf
-  special[4 * 1500 + 600] = big;                              // row 4: a maximum far above the rest
-  check_half_matrix<H, Kokkos::LayoutRight>(5, 1500, halves<H>(special), "special long");
+  constexpr std::size_t tile = kflash::impl::HostTraits::tile, n = tile + 988;
+  std::vector<float> special = normal_values<float>(5 * n, 19, 3.0);
+  for (std::size_t c = 0; c < n; c += 7) special[c] = -i;  // row 0: masked elements
+  for (std::size_t c = n; c < 2 * n; ++c) special[c] = -i;  // row 1: fully masked
+  special[2 * n + tile + 491] = nan<float>;                 // row 2: NaN
+  special[3 * n + n - 2] = i;                               // row 3: +inf
+  special[4 * n + 600] = big;                               // row 4: a maximum far above the rest
+  check_half_matrix<H, Kokkos::LayoutRight>(5, n, halves<H>(special), "special long");
 
-  // Tiles (the host's: 512 elements) kept against a running maximum they exceed, their weights
-  // above 1: row 0's tiles each 15 above the last, row 1's second tile 12 above the first and a
-  // maximum 95 above it at the end. The early tiles' factor exp(reference - row maximum) is below
-  // fp32's smallest normal number while bf16 probabilities near e^-75 are normal.
-  std::vector<float> rising = normal_values<float>(2 * 4096, 20, 1.0);
-  for (std::size_t c = 0; c < 4096; ++c) {
-    rising[c] = float(15 * (c / 512)) + rising[c] / 8;
-    rising[4096 + c] = (c / 512 == 1 ? 12.0f : 0.0f) + rising[4096 + c] / 8;
+  // Eight host tiles kept against a running maximum they exceed, their weights above 1: row 0's
+  // tiles each 15 above the last, row 1's second tile 12 above the first and a maximum 95 above
+  // it at the end. The early tiles' factor exp(reference - row maximum) is below fp32's smallest
+  // normal number while bf16 probabilities near e^-75 are normal.
+  const std::size_t rising_cols = 8 * tile;
+  std::vector<float> rising = normal_values<float>(2 * rising_cols, 20, 1.0);
+  for (std::size_t c = 0; c < rising_cols; ++c) {
+    rising[c] = float(15 * (c / tile)) + rising[c] / 8;
+    rising[rising_cols + c] = (c / tile == 1 ? 12.0f : 0.0f) + rising[rising_cols + c] / 8;
   }
-  rising[2 * 4096 - 1] = 95.0f;
-  check_half_matrix<H, Kokkos::LayoutRight>(2, 4096, halves<H>(rising), "rising tiles");
+  rising[2 * rising_cols - 1] = 95.0f;
+  check_half_matrix<H, Kokkos::LayoutRight>(2, rising_cols, halves<H>(rising), "rising tiles");
 
   // Every non-positive finite 16-bit value, 0 among them: softmax's weights exp(x - 0) of every
   // argument such a row gives its exp (on AVX-512 softmax's 16-bit rows take an exp of their own,

@@ -133,25 +133,26 @@ std::vector<std::vector<T>> adversarial_rows(std::size_t cols) {
   { auto r = base(7); for (std::size_t i = 0; i < cols; i += 3) r[i] = -inf<T>; rows.push_back(r); }
   // Increasing values: the running maximum changes at every element.
   { std::vector<T> r(cols); for (std::size_t i = 0; i < cols; ++i) r[i] = T(i) * T(0.01); rows.push_back(r); }
-  // The host's tiles (512 elements) each 10 above the last: each is kept against the running
-  // maximum with weights above 1, and the early ones' factor exp(tile reference - row maximum)
-  // falls below fp32's smallest normal number while their probabilities do not.
-  { auto r = base(8); for (std::size_t i = 0; i < cols; ++i) r[i] = T(10 * (i / 512)) + r[i] / 8; rows.push_back(r); }
+  // The host's tiles each 10 above the last: each is kept against the running maximum with weights
+  // above 1, and the early ones' factor exp(tile reference - row maximum) falls below fp32's
+  // smallest normal number while their probabilities do not.
+  constexpr std::size_t tile = kflash::impl::HostTraits::tile;
+  { auto r = base(8); for (std::size_t i = 0; i < cols; ++i) r[i] = T(10 * (i / tile)) + r[i] / 8; rows.push_back(r); }
   // A second tile 12 above the first, kept against its maximum, then a maximum 95 above the first:
   // the second tile's factor is e^-95 (flushed in fp32), its probabilities near e^-83.
   {
     auto r = base(9);
-    for (std::size_t i = 0; i < cols; ++i) r[i] = (i / 512 == 1 ? T(12) : T(0)) + r[i] / 8;
+    for (std::size_t i = 0; i < cols; ++i) r[i] = (i / tile == 1 ? T(12) : T(0)) + r[i] / 8;
     r[cols - 1] = T(95);
     rows.push_back(r);
   }
-  // The host's first tile is tried against the largest of 4 of its values (0, 128, 256 and 511 of
-  // a tile of 512): the tile's other values 14 above them (kept, weights near e^14), or 70 above
-  // (past the slack: computed against the tile's own maximum).
+  // The host's first tile is tried against the largest of 4 of its values (its first, its last,
+  // and those a quarter and half way): the tile's other values 14 above them (kept, weights near
+  // e^14), or 70 above (past the slack: computed against the tile's own maximum).
   for (T lift : {T(14), T(70)}) {
     auto r = base(10);
-    for (std::size_t i = 0; i < cols && i < 512; ++i)
-      if (i != 0 && i != 128 && i != 256 && i != 511) r[i] += lift;
+    for (std::size_t i = 0; i < cols && i < tile; ++i)
+      if (i != 0 && i != tile / 4 && i != tile / 2 && i != tile - 1) r[i] += lift;
     rows.push_back(r);
   }
   return rows;
@@ -178,9 +179,9 @@ TYPED_TEST(SoftmaxTest, AdversarialRows) {
 }
 
 TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
-  // softmax rows longer than 512 KiB keep their weights in RowBlock::weights (one row's room: a
-  // tile of one row is scaled into y, then the same tile of the next row's weights takes its
-  // place), with plain and with non-temporal stores, in place too: the adversarial rows through
+  // softmax rows longer than 512 KiB keep their weights in RowBlock::weights (two rows' room: a
+  // tile of one row is scaled into y beside the same tile of the next row's state pass, whose
+  // weights go to the other half), with plain and with non-temporal stores, in place too: the adversarial rows through
   // the host kernels directly, rows not aligned to a vector (140001) and aligned ones.
   using T = TypeParam;
   namespace host = kflash::impl::host;
