@@ -89,7 +89,8 @@ void check_cross_entropy(std::size_t rows, std::size_t cols, const std::vector<T
     ld magnitudes = 0;
     for (std::size_t c = 0; c < cols; ++c)
       if (std::isfinite(x[c])) magnitudes += std::fabs(ld(x[c]));
-    const ld mean_tol = ld(o.label_smoothing) * eps<T> * ld(std::min<std::size_t>(cols, kflash::impl::HostTraits::tile)) * magnitudes / ld(cols);
+    const ld tile = ld(std::min<std::size_t>(cols, kflash::impl::HostTraits::tile));
+    const ld mean_tol = ld(o.label_smoothing) * eps<T> * tile * magnitudes / ld(cols);
     const ld tol = ignored ? 0 : loss_tolerance<T>(ref, reference_row(x, cols).lse(), o) + mean_tol;
     expect_loss_matches(ref, got[r], tol, where + " row " + std::to_string(r));
     if (::testing::Test::HasFatalFailure()) return;

@@ -181,8 +181,9 @@ TYPED_TEST(SoftmaxTest, AdversarialRows) {
 TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
   // softmax rows longer than 512 KiB keep their weights in RowBlock::weights (two rows' room: a
   // tile of one row is scaled into y beside the same tile of the next row's state pass, whose
-  // weights go to the other half), with plain and with non-temporal stores, in place too: the adversarial rows through
-  // the host kernels directly, rows not aligned to a vector (140001) and aligned ones.
+  // weights go to the other half), with plain and with non-temporal stores, in place too: the
+  // adversarial rows through the host kernels directly, rows not aligned to a vector (140001) and
+  // aligned ones.
   using T = TypeParam;
   namespace host = kflash::impl::host;
   using kflash::impl::index_t;
@@ -192,6 +193,10 @@ TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
     for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
     const index_t n_rows = index_t(rows.size());
     std::vector<T> weights(std::size_t(host::weights_elements(cols)));
+    // Each row's half holds its weights and tile maxima, and the second half starts on a 64-byte
+    // line when the first does (16 floats or doubles are a whole number of lines).
+    EXPECT_GE(host::row_weights_elements(cols), cols + cols / kflash::impl::HostTraits::tile + 1) << cols;
+    EXPECT_EQ(host::row_weights_elements(cols) % 16, 0) << cols;
     for (bool stream : {false, true})
       for (bool in_place : {false, true}) {
         std::vector<T> y = in_place ? flat : std::vector<T>(flat.size(), T(7));

@@ -136,8 +136,11 @@ enum class WeightsAt {
   scratch      ///< in RowBlock::weights (weights_elements(cols) elements)
 };
 
-/// The elements of one row's weights: the weights and one maximum per tile.
-constexpr index_t row_weights_elements(index_t cols) { return cols + cols / HostTraits::tile + 1; }
+/// The elements of one row's weights: the weights and one maximum per tile, rounded up to 16 so
+/// that the second row's half starts on a 64-byte line as the first does.
+constexpr index_t row_weights_elements(index_t cols) {
+  return (cols + cols / HostTraits::tile + 1 + 15) / 16 * 16;
+}
 /// The elements of RowBlock::weights: two rows' (row_weights_elements each), so that one row's
 /// state pass stores its weights while the row before it is scaled out of the other half.
 constexpr index_t weights_elements(index_t cols) { return 2 * row_weights_elements(cols); }

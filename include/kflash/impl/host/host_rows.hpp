@@ -9,6 +9,10 @@
 
 namespace kflash::impl::host {
 
+/// The alignment of softmax's weights in team scratch, a cache line: Kokkos aligns level-1 scratch
+/// to 8 or 16 bytes only, and the weight passes load and store whole vectors.
+inline constexpr std::size_t weights_alignment = 64;
+
 /// A row plan with the host kernels' decisions for it: non-temporal stores, and where softmax keeps
 /// its weights (with the bytes of team scratch that takes). 16-bit rows: weights_bytes is the team
 /// scratch of softmax's float weights (RowBlock16::buffer) for whole rows longer than a tile.
@@ -93,7 +97,7 @@ struct HostRowKernel {
     RowBlock<T> block{Op, x.row(r0), x.row_stride(), nullptr, 0, nullptr, 0, r1 - r0, plan.rows.cols, plan.stream,
                       plan.weights_at};
     if (plan.weights_at == WeightsAt::scratch)
-      block.weights = static_cast<T*>(team.team_scratch(1).get_shmem(plan.weights_bytes));
+      block.weights = static_cast<T*>(team.team_scratch(1).get_shmem_aligned(plan.weights_bytes, weights_alignment));
     if constexpr (Op == RowOp::logsumexp) {
       block.out = y.row(r0);
       block.ldout = y.row_stride();
@@ -109,7 +113,8 @@ struct HostRowKernel {
     RowBlock16 block{storage16_of<S>, Op, reinterpret_cast<const std::uint16_t*>(x.row(r0)), x.row_stride(),
                      nullptr, 0, nullptr, nullptr, 0, r1 - r0, plan.rows.cols};
     if (plan.weights_bytes > 0) {
-      block.buffer = static_cast<float*>(team.team_scratch(1).get_shmem(plan.weights_bytes));
+      block.buffer =
+          static_cast<float*>(team.team_scratch(1).get_shmem_aligned(plan.weights_bytes, weights_alignment));
       block.buffer_elements = index_t(plan.weights_bytes / sizeof(float));
     }
     if constexpr (Op == RowOp::logsumexp) {
@@ -147,7 +152,8 @@ void run_host_rows(const ExecSpace& exec, const XRows& x, const YRows& y, const 
   const HostRowPlan plan = plan_host_rows<S>(Op, rows);
   if (rows.chunks == 1) {
     Policy policy(exec, int((rows.rows + rows.rows_per_item - 1) / rows.rows_per_item), 1, 1);
-    if (plan.weights_bytes > 0) policy.set_scratch_size(1, Kokkos::PerTeam(plan.weights_bytes));
+    if (plan.weights_bytes > 0)
+      policy.set_scratch_size(1, Kokkos::PerTeam(plan.weights_bytes + weights_alignment));
     Kokkos::parallel_for(label, policy, Kernel{x, y, Workspace(), plan, RowPhase::whole, 1});
     return;
   }
