@@ -95,13 +95,17 @@ void check_half_matrix(std::size_t rows, std::size_t cols, const std::vector<H>&
 
 template <class H>
 void check_half_rows() {
-  // On the host kernels, every row read as it is: rows of one tile (several at a time, softmax's
-  // weights in a buffer on the stack), longer rows (softmax's weights in team scratch), rows split
-  // into chunks (few rows of many columns, and the rank-1 row below: weights computed again);
-  // every layout; values spread so that outputs cover many binades.
+  // On the host kernels, every row read as it is: rows up to HostTraits::short_row (several at a
+  // time, softmax's weights in a buffer on the stack; rows longer than a tile fewer at a time, the
+  // last group short), longer rows (softmax's weights in team scratch), rows split into chunks (few
+  // rows of many columns, and the rank-1 row below: weights computed again); every layout; values
+  // spread so that outputs cover many binades.
   check_half_matrix<H, Kokkos::LayoutRight>(1, 1, halves<H>({0.5f}), "single");
   check_half_matrix<H, Kokkos::LayoutRight>(37, 19, halves<H>(normal_values<float>(37 * 19, 11, 3.0)), "short");
   check_half_matrix<H, Kokkos::LayoutRight>(40, 700, halves<H>(normal_values<float>(40 * 700, 16, 3.0)), "grouped");
+  constexpr std::size_t short_row = kflash::impl::HostTraits::short_row;
+  check_half_matrix<H, Kokkos::LayoutRight>(10, short_row, halves<H>(normal_values<float>(10 * short_row, 21, 3.0)),
+                                            "grouped, the longest");
   check_half_matrix<H, Kokkos::LayoutRight>(40, 2500, halves<H>(normal_values<float>(40 * 2500, 17, 3.0)), "wide");
   check_half_matrix<H, Kokkos::LayoutLeft>(9, 300, halves<H>(normal_values<float>(9 * 300, 12, 4.0)), "left");
   check_half_matrix<H, Kokkos::LayoutStride>(5, 130, halves<H>(normal_values<float>(5 * 130, 13, 2.0)), "strided");
@@ -120,15 +124,19 @@ void check_half_rows() {
                                                        0.0f, i, 1.0f, 2.0f, //
                                                        big, big, -big, 0.0f}),
                                             "special");
-  // The same in rows longer than a tile, past the first vectors and in the last tile's tail.
-  constexpr std::size_t tile = kflash::impl::HostTraits::tile, n = tile + 988;
-  std::vector<float> special = normal_values<float>(5 * n, 19, 3.0);
-  for (std::size_t c = 0; c < n; c += 7) special[c] = -i;  // row 0: masked elements
-  for (std::size_t c = n; c < 2 * n; ++c) special[c] = -i;  // row 1: fully masked
-  special[2 * n + tile + 491] = nan<float>;                 // row 2: NaN
-  special[3 * n + n - 2] = i;                               // row 3: +inf
-  special[4 * n + 600] = big;                               // row 4: a maximum far above the rest
-  check_half_matrix<H, Kokkos::LayoutRight>(5, n, halves<H>(special), "special long");
+  // The same in rows longer than a tile, past the first vectors and in the last tile's tail: rows
+  // taken a few at a time, and rows through the tile loop.
+  constexpr std::size_t tile = kflash::impl::HostTraits::tile;
+  for (std::size_t n : {tile + 988, short_row + 988}) {
+    std::vector<float> special = normal_values<float>(5 * n, 19, 3.0);
+    for (std::size_t c = 0; c < n; c += 7) special[c] = -i;  // row 0: masked elements
+    for (std::size_t c = n; c < 2 * n; ++c) special[c] = -i;  // row 1: fully masked
+    special[2 * n + tile + 491] = nan<float>;                 // row 2: NaN
+    special[3 * n + n - 2] = i;                               // row 3: +inf
+    special[4 * n + 600] = big;                               // row 4: a maximum far above the rest
+    check_half_matrix<H, Kokkos::LayoutRight>(5, n, halves<H>(special), "special long");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 
   // Eight host tiles kept against a running maximum they exceed, their weights above 1: row 0's
   // tiles each 15 above the last, row 1's second tile 12 above the first and a maximum 95 above

@@ -1,7 +1,7 @@
-// softmax, log_softmax and logsumexp over rows of at most one tile, short_group rows at a time:
-// each step runs for every row of the group before the next, so the rows' chains of dependent
-// operations overlap. Rows stored as 16-bit B are read widened as they load and written rounded
-// once.
+// softmax, log_softmax and logsumexp over rows of at most one tile (16-bit rows: at most
+// HostTraits::short_row elements), a group of rows at a time: each step runs for every row of the
+// group before the next, so the rows' chains of dependent operations overlap. Rows stored as
+// 16-bit B are read widened as they load and written rounded once.
 #pragma once
 
 #include "write_passes.hpp"
@@ -10,7 +10,13 @@
 
 namespace kflash::impl::host::internal {
 
-/// Rows [r0, r0 + g) of blk (g <= HostTraits::short_group), each of at most one tile: their
+/// The rows short_rows takes at a time: short_group, fewer where rows are longer than a tile, so
+/// that the group's widened rows fit its buffer of short_group tiles.
+constexpr index_t short_rows_group(index_t n) {
+  return n <= HostTraits::tile ? HostTraits::short_group : HostTraits::short_group * HostTraits::tile / n;
+}
+
+/// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
 /// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
 /// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
 /// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are

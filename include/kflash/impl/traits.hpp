@@ -72,6 +72,11 @@ struct HostTraits : CommonTraits {
   static constexpr index_t item_rows = 8;
   /// Rows of at most one tile are taken this many at a time (their logs in vectors).
   static constexpr index_t short_group = 16;
+  /// 16-bit rows up to this long go the way of rows of one tile, fewer at a time: a step over a
+  /// few whole rows (widened into a buffer in L1) costs less than a tile loop's per-tile work.
+  /// fp32 rows gain nothing in the cache and lose where they stream from memory (the tile loop's
+  /// exps overlap the reads); 16-bit rows longer than this gain nothing.
+  static constexpr index_t short_row = 2048;
   /// softmax computes each weight once: rows up to this many bytes, in calls without non-temporal
   /// stores, keep their weights in y and rescale them in place (the row stays in the core's cache).
   static constexpr index_t stored_weights_bytes = index_t(1) << 19;

@@ -15,7 +15,8 @@ inline constexpr std::size_t weights_alignment = 64;
 
 /// A row plan with the host kernels' decisions for it: non-temporal stores, and where softmax keeps
 /// its weights (with the bytes of team scratch that takes). 16-bit rows: weights_bytes is the team
-/// scratch of softmax's float weights (RowBlock16::buffer) for whole rows longer than a tile.
+/// scratch of softmax's float weights (RowBlock16::buffer) for whole rows longer than
+/// HostTraits::short_row.
 struct HostRowPlan {
   RowPlan rows;
   bool stream = false;
@@ -31,7 +32,7 @@ HostRowPlan plan_host_rows(RowOp op, const RowPlan& rows) {
   p.stream = rows.rows * bytes >= HostTraits::stream_bytes;
   if constexpr (is_half_type<T>) {
     const index_t floats = weights_elements(rows.cols) * index_t(sizeof(float));
-    if (op == RowOp::softmax && rows.chunks == 1 && rows.cols > HostTraits::tile &&
+    if (op == RowOp::softmax && rows.chunks == 1 && rows.cols > HostTraits::short_row &&
         floats <= HostTraits::buffered_weights_bytes)
       p.weights_bytes = std::size_t(floats);
     return p;
