@@ -162,24 +162,6 @@ void write_pass_beside(const B* x, B* y, index_t n, const F& f, bool stream, Sta
   if (stream) Stream<T, VB>::fence();
 }
 
-/// The factor that scales a tile's stored weights into softmax's outputs: exp(tile's reference -
-/// row max) / l, split in two (`first`, then `factor`) where it is below the smallest normal
-/// number: a weight up to e^stored_slack times a subnormal (or flushed) factor would lose the
-/// probabilities down to the smallest normal number, so the weights are scaled down by
-/// e^-stored_slack first, then by the factor that much larger (still at most 1: it is tiny).
-template <class T, class Tiles>
-struct TileFactor {
-  T first = T(1), factor;
-  bool twice = false;
-  TileFactor(T ref, T row_max, T inv_sum) : factor(SoftmaxState<T>::weight(ref, row_max) * inv_sum) {
-    if (factor < std::numeric_limits<T>::min() && is_finite(row_max)) {
-      first = exp_nonpositive(-Tiles::stored_slack);
-      factor = exp_nonpositive(ref - row_max + Tiles::stored_slack) * inv_sum;
-      twice = true;
-    }
-  }
-};
-
 /// softmax's write pass after a state pass that stored its weights (`done`): y = w exp(tile max -
 /// row max) / l a tile at a time, each tile after the same tile of `beside`'s state pass (if any;
 /// its row has n elements too, its weights stored elsewhere). Each tile's factor is computed a tile

@@ -18,7 +18,7 @@ constexpr index_t short_rows_group(index_t n) {
 
 /// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
 /// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
-/// rows), then their states, then the logs that logsumexp and log_softmax need, taken together in
+/// rows; 16-bit rows longer than a tile take both in one pass, below), then their states, then the logs that logsumexp and log_softmax need, taken together in
 /// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
 /// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load;
 /// softmax's weights are computed by A's exp.
@@ -39,23 +39,51 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
     y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
     if constexpr (widened) w[i] = buffer + i * n;
     else w[i] = y[i];
-    m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
-  }
-  TileSums<Lanes, T> sums[group];
-  for (index_t i = 0; i < g; ++i) {
-    if (softmax) {
-      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, Store<T>{w[i]});
-    } else {
-      sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, NoStore<T>{});
-    }
   }
   SoftmaxState<T> s[group];
-  for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
+  const bool guessed = widened && n > HostTraits::tile;  // m: the weights' references
+  if (guessed) {
+    // 16-bit rows longer than a tile: each row in one pass against a guess of its maximum, as the
+    // tile loop's first tile (RowTiles: the maximum found in the same loop, the row computed again
+    // against its own maximum where it overshoots the guess by more than the slack); the exps then
+    // overlap the row's reads instead of following a pass that only reads. softmax's weights are
+    // against that reference, scaled by TileFactor.
+    using Tiles = RowTiles<Lanes, T>;
+    for (index_t i = 0; i < g; ++i) {
+      const Elements<T, B> value{x[i]};
+      Tiles tiles;
+      tiles.start_at(0, n, value);
+      bool kept = false;
+      if (tiles.try_running_max())
+        kept = softmax ? tiles.add_against_running_max(0, n, value, Store<T>{w[i]}, Tiles::stored_slack, m[i])
+                       : tiles.add_against_running_max(0, n, value, NoStore<T>{}, Tiles::slack, m[i]);
+      if (!kept)
+        m[i] = softmax ? tiles.add_own_max(0, n, value, Store<T>{w[i]}) : tiles.add_own_max(0, n, value, NoStore<T>{});
+      s[i] = tiles.state;
+    }
+  } else {
+    for (index_t i = 0; i < g; ++i) m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
+    TileSums<Lanes, T> sums[group];
+    for (index_t i = 0; i < g; ++i) {
+      if (softmax) {
+        sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, Store<T>{w[i]});
+      } else {
+        sums[i].add_weights(m[i], 0, n, Elements<T, B>{x[i]}, NoStore<T>{});
+      }
+    }
+    for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
+  }
   if (softmax) {
     for (index_t i = 0; i < g; ++i) {
       const SoftmaxNormalizer<T> norm(s[i]);
       if constexpr (widened) {
-        write_pass<T, VB>(w[i], y[i], n, Scaled<T>{norm.inv_sum}, false);  // norm.prob_of_weight, rounded
+        if (!guessed) {
+          write_pass<T, VB>(w[i], y[i], n, Scaled<T>{norm.inv_sum}, false);  // norm.prob_of_weight, rounded
+          continue;
+        }
+        const TileFactor<T, RowTiles<Lanes, T>> f(m[i], s[i].max, norm.inv_sum);
+        if (f.twice) write_pass<T, VB>(w[i], y[i], n, ScaledTwice<T>{f.first, f.factor}, false);
+        else write_pass<T, VB>(w[i], y[i], n, Scaled<T>{f.factor}, false);
       } else {
         for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
       }

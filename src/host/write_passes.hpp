@@ -9,6 +9,7 @@
 #include <kflash/impl/host/host_kernels.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace kflash::impl::host::internal {
@@ -33,6 +34,24 @@ template <class T>
 struct ScaledTwice {  // the same, the factor split in two (scale_pass_beside)
   T first, factor;
   T operator()(T v) const { return (v * first) * factor; }
+};
+
+/// The factor that scales a tile's stored weights into softmax's outputs: exp(tile's reference -
+/// row max) / l, split in two (`first`, then `factor`) where it is below the smallest normal
+/// number: a weight up to e^stored_slack times a subnormal (or flushed) factor would lose the
+/// probabilities down to the smallest normal number, so the weights are scaled down by
+/// e^-stored_slack first, then by the factor that much larger (still at most 1: it is tiny).
+template <class T, class Tiles>
+struct TileFactor {
+  T first = T(1), factor;
+  bool twice = false;
+  TileFactor(T ref, T row_max, T inv_sum) : factor(SoftmaxState<T>::weight(ref, row_max) * inv_sum) {
+    if (factor < std::numeric_limits<T>::min() && is_finite(row_max)) {
+      first = exp_nonpositive(-Tiles::stored_slack);
+      factor = exp_nonpositive(ref - row_max + Tiles::stored_slack) * inv_sum;
+      twice = true;
+    }
+  }
 };
 
 template <class T>
