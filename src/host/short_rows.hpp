@@ -18,9 +18,10 @@ constexpr index_t short_rows_group(index_t n) {
 
 /// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
 /// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
-/// rows; 16-bit rows longer than a tile take both in one pass, below), then their states, then the logs that logsumexp and log_softmax need, taken together in
-/// vectors (log_of_total), then their outputs. Each step's chains of dependent operations are
-/// short, and the rows' chains overlap. Rows stored as 16-bit B are read widened as they load;
+/// rows; 16-bit rows longer than a tile take both in one pass, below), then their states, then
+/// the logs that logsumexp and log_softmax need, taken together in vectors (log_of_total), then
+/// their outputs. Each step's chains of dependent operations are short, and the rows' chains
+/// overlap. Rows stored as 16-bit B are read widened as they load;
 /// softmax's weights are computed by A's exp.
 template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
