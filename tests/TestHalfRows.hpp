@@ -144,14 +144,16 @@ void check_half_rows() {
     if (::testing::Test::HasFatalFailure()) return;
   }
 
-  // Eight host tiles kept against a running maximum they exceed, their weights above 1: row 0's
-  // tiles each 15 above the last, row 1's second tile 12 above the first and a maximum 95 above
-  // it at the end. The early tiles' factor exp(reference - row maximum) is below fp32's smallest
-  // normal number while bf16 probabilities near e^-75 are normal.
-  const std::size_t rising_cols = 8 * tile;
+  // Host tiles kept against a running maximum they exceed, their weights above 1, in rows through
+  // the tile loop (longer than short_row): row 0's last eight tiles each 15 above the last, row 1's
+  // second tile 12 above the first and a maximum 95 above it at the end. The early tiles' factor
+  // exp(reference - row maximum) is below fp32's smallest normal number while bf16 probabilities
+  // near e^-75 are normal.
+  const std::size_t rising_tiles = short_row / tile + 8, rising_cols = rising_tiles * tile;
   std::vector<float> rising = normal_values<float>(2 * rising_cols, 20, 1.0);
   for (std::size_t c = 0; c < rising_cols; ++c) {
-    rising[c] = float(15 * (c / tile)) + rising[c] / 8;
+    const std::size_t t = c / tile, level = t + 8 < rising_tiles ? 0 : t + 8 - rising_tiles;
+    rising[c] = float(15 * level) + rising[c] / 8;
     rising[rising_cols + c] = (c / tile == 1 ? 12.0f : 0.0f) + rising[rising_cols + c] / 8;
   }
   rising[2 * rising_cols - 1] = 95.0f;

@@ -16,6 +16,22 @@ constexpr index_t short_rows_group(index_t n) {
   return n <= HostTraits::tile ? HostTraits::short_group : HostTraits::short_group * HostTraits::tile / n;
 }
 
+/// write_pass over a row longer than a tile, 4 tiles at a time, each followed by prefetches into
+/// L2 of the same elements of `ahead` (the row the next group reads in this one's place; nullptr if
+/// none): the next group's reads from memory overlap this row's writes instead of following them.
+/// Into L2 only: L1 holds the group's buffer and rows. Rows of at most 4 tiles take none: the
+/// hardware's prefetchers keep up with rows that short (docs/benchmarks.md has the figures).
+template <class T, int VB, class X, class Y, class F, class P>
+void write_pass_ahead(const X* x, Y* y, index_t n, const F& f, const P* ahead) {
+  constexpr index_t step = 4 * HostTraits::tile;
+  if (n <= step) ahead = nullptr;
+  for (index_t b = 0; b < n; b += step) {
+    const index_t e = b + step < n ? b + step : n;
+    write_pass<T, VB>(x + b, y + b, e - b, f, false);
+    if (ahead != nullptr) prefetch_lines<2>(ahead + b, e - b);
+  }
+}
+
 /// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
 /// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
 /// rows; 16-bit rows longer than a tile take both in one pass, below), then their states, then
@@ -75,6 +91,9 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
     for (index_t i = 0; i < g; ++i) s[i] = sums[i].state(m[i]);
   }
   if (softmax) {
+    // The row the next group takes in row i's place, for write_pass_ahead (softmax's only: with the
+    // same prefetches log_softmax's write pass, which reads x again, ran slower).
+    auto ahead = [&](index_t i) { return r0 + g + i < blk.rows ? blk.x + (r0 + g + i) * blk.ldx : nullptr; };
     for (index_t i = 0; i < g; ++i) {
       const SoftmaxNormalizer<T> norm(s[i]);
       if constexpr (widened) {
@@ -83,8 +102,8 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
           continue;
         }
         const TileFactor<T, RowTiles<Lanes, T>> f(m[i], s[i].max, norm.inv_sum);
-        if (f.twice) write_pass<T, VB>(w[i], y[i], n, ScaledTwice<T>{f.first, f.factor}, false);
-        else write_pass<T, VB>(w[i], y[i], n, Scaled<T>{f.factor}, false);
+        if (f.twice) write_pass_ahead<T, VB>(w[i], y[i], n, ScaledTwice<T>{f.first, f.factor}, ahead(i));
+        else write_pass_ahead<T, VB>(w[i], y[i], n, Scaled<T>{f.factor}, ahead(i));
       } else {
         for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
       }

@@ -237,12 +237,12 @@ KFLASH_IMPL_STREAM(double, 64, __attribute__((target("avx512f"))), _mm512_stream
 
 /// Asks for the cache lines of p[0, n), one prefetch per 64-byte line: for write passes whose
 /// arithmetic per element (an exp) leaves too few loads in flight for the hardware's prefetchers to
-/// keep the memory busy.
-template <class T>
+/// keep the memory busy. Locality as __builtin_prefetch's: 3 into every level (L1 on), 2 into L2 on.
+template <int Locality = 3, class T>
 inline void prefetch_lines(const T* p, index_t n) {
 #if defined(__GNUC__) || defined(__clang__)
   constexpr index_t line = 64 / index_t(sizeof(T));
-  for (index_t i = 0; i < n; i += line) __builtin_prefetch(p + i);
+  for (index_t i = 0; i < n; i += line) __builtin_prefetch(p + i, 0, Locality);
 #else
   (void)p, (void)n;
 #endif

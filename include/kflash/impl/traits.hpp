@@ -72,11 +72,13 @@ struct HostTraits : CommonTraits {
   static constexpr index_t item_rows = 8;
   /// Rows of at most one tile are taken this many at a time (their logs in vectors).
   static constexpr index_t short_group = 16;
-  /// 16-bit rows up to this long go the way of rows of one tile, fewer at a time: a step over a
-  /// few whole rows (widened into a buffer in L1) costs less than a tile loop's per-tile work.
-  /// fp32 rows gain nothing in the cache and lose where they stream from memory (the tile loop's
-  /// exps overlap the reads); 16-bit rows longer than this gain nothing.
-  static constexpr index_t short_row = 2048;
+  /// 16-bit rows up to this long go the way of rows of one tile, fewer at a time (down to one):
+  /// one pass over each whole row against a guess of its maximum costs less than a tile loop's
+  /// per-tile work. The most short_rows' buffer of short_group tiles holds (softmax's weights of a
+  /// row, in float). fp32 rows gain nothing in the cache and lose where they stream from memory
+  /// (the tile loop's exps overlap the reads).
+  static constexpr index_t short_row = 8192;
+  static_assert(short_row <= short_group * tile, "kflash: short_rows' buffer must hold a row of short_row");
   /// softmax computes each weight once: rows up to this many bytes, in calls without non-temporal
   /// stores, keep their weights in y and rescale them in place (the row stays in the core's cache).
   static constexpr index_t stored_weights_bytes = index_t(1) << 19;
