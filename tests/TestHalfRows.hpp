@@ -145,10 +145,11 @@ void check_half_rows() {
   }
 
   // Host tiles kept against a running maximum they exceed, their weights above 1, in rows through
-  // the tile loop (longer than short_row): row 0's last eight tiles each 15 above the last, row 1's
-  // second tile 12 above the first and a maximum 95 above it at the end. The early tiles' factor
-  // exp(reference - row maximum) is below fp32's smallest normal number while bf16 probabilities
-  // near e^-75 are normal.
+  // softmax's tile loop (longer than short_row): row 0's last eight tiles each 15 above the last,
+  // row 1's second tile 12 above the first and a maximum 95 above it at the end. The early tiles'
+  // factor exp(reference - row maximum) is below fp32's smallest normal number while bf16
+  // probabilities near e^-75 are normal. (log_softmax and logsumexp take such rows in segments of
+  // short_row, below.)
   const std::size_t rising_tiles = short_row / tile + 8, rising_cols = rising_tiles * tile;
   std::vector<float> rising = normal_values<float>(2 * rising_cols, 20, 1.0);
   for (std::size_t c = 0; c < rising_cols; ++c) {
@@ -158,6 +159,27 @@ void check_half_rows() {
   }
   rising[2 * rising_cols - 1] = 95.0f;
   check_half_matrix<H, Kokkos::LayoutRight>(2, rising_cols, halves<H>(rising), "rising tiles");
+  if (::testing::Test::HasFatalFailure()) return;
+
+  // log_softmax's and logsumexp's rows longer than short_row, one pass against a guess of the
+  // maximum in segments of short_row (values of standard deviation 1/8; the guess samples columns
+  // 0, n / 4, n / 2 and n - 1, none of the raised ones): row 0's second segment 30 above the guess
+  // in 64 columns (kept, the running sum rescaled), its third 70 above that (more than the slack of
+  // 64: that segment against its own maximum, merged); row 1's second segment masked and a maximum
+  // 40 above the rest in the last segment's tail; a NaN in row 2's tail; +inf in row 3's third
+  // segment.
+  const std::size_t seg_cols = 3 * short_row + 100;
+  std::vector<float> segs = normal_values<float>(4 * seg_cols, 22, 1.0);
+  for (float& v : segs) v /= 8;
+  for (std::size_t c = 0; c < 64; ++c) {
+    segs[short_row + 808 + c] += 30.0f;
+    segs[2 * short_row + 616 + c] += 100.0f;
+  }
+  for (std::size_t c = short_row; c < 2 * short_row; ++c) segs[seg_cols + c] = -i;
+  segs[2 * seg_cols - 50] = 40.0f;
+  segs[3 * seg_cols - 3] = nan<float>;
+  segs[3 * seg_cols + 2 * short_row + 300] = i;
+  check_half_matrix<H, Kokkos::LayoutRight>(4, seg_cols, halves<H>(segs), "segments");
 
   // Every non-positive finite 16-bit value, 0 among them: softmax's weights exp(x - 0) of every
   // argument such a row gives its exp (on AVX-512 softmax's 16-bit rows take an exp of their own,

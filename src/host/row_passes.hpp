@@ -1,9 +1,9 @@
 // The host row kernels over contiguous rows: the state pass (tile by tile, through the tile
 // recurrence on vector lanes), the pairing of one row's write pass with the next row's state pass,
 // and the rows' statistics for cross-entropy. Softmax's family on rows of one tile (16-bit rows:
-// up to HostTraits::short_row) is in short_rows.hpp, the write passes in write_passes.hpp. Rows
-// stored as 16-bit B go through the same passes with T = float: read widened as they load
-// (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
+// softmax's up to HostTraits::short_row, the others' all) is in short_rows.hpp, the write passes in
+// write_passes.hpp. Rows stored as 16-bit B go through the same passes with T = float: read widened
+// as they load (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
 #pragma once
 
 #include "short_rows.hpp"
@@ -196,7 +196,10 @@ void run_rows(const RowBlock<T, B>& blk) {
     if (blk.op != RowOp::softmax) return run_rows<T, VB, B>(blk);
   }
   const index_t n = blk.cols;
-  if (n <= HostTraits::tile || (!std::is_same<T, B>::value && n <= HostTraits::short_row)) {
+  // 16-bit rows: softmax's up to short_row (its weights in short_rows' buffer), log_softmax's and
+  // logsumexp's of any length (one at a time when long; no weights kept).
+  const bool widened = !std::is_same<T, B>::value;
+  if (n <= HostTraits::tile || (widened && (blk.op != RowOp::softmax || n <= HostTraits::short_row))) {
     const index_t group = short_rows_group(n);
     for (index_t r = 0; r < blk.rows; r += group)
       short_rows<T, VB, B, A>(blk, r, blk.rows - r < group ? blk.rows - r : group);

@@ -1,7 +1,8 @@
-// softmax, log_softmax and logsumexp over rows of at most one tile (16-bit rows: at most
-// HostTraits::short_row elements), a group of rows at a time: each step runs for every row of the
-// group before the next, so the rows' chains of dependent operations overlap. Rows stored as
-// 16-bit B are read widened as they load and written rounded once.
+// softmax, log_softmax and logsumexp over rows of at most one tile (16-bit rows: softmax's of at
+// most HostTraits::short_row elements, log_softmax's and logsumexp's of any length), a group of rows
+// at a time: each step runs for every row of the group before the next, so the rows' chains of
+// dependent operations overlap. Rows stored as 16-bit B are read widened as they load and written
+// rounded once.
 #pragma once
 
 #include "write_passes.hpp"
@@ -11,9 +12,11 @@
 namespace kflash::impl::host::internal {
 
 /// The rows short_rows takes at a time: short_group, fewer where rows are longer than a tile, so
-/// that the group's widened rows fit its buffer of short_group tiles.
+/// that the group's widened rows fit its buffer of short_group tiles (one where even one does not:
+/// log_softmax's and logsumexp's rows, which keep no weights).
 constexpr index_t short_rows_group(index_t n) {
-  return n <= HostTraits::tile ? HostTraits::short_group : HostTraits::short_group * HostTraits::tile / n;
+  constexpr index_t group = HostTraits::short_group;
+  return n <= HostTraits::tile ? group : n >= group * HostTraits::tile ? 1 : group * HostTraits::tile / n;
 }
 
 /// write_pass over a row longer than a tile, 4 tiles at a time, each followed by prefetches into
@@ -54,7 +57,7 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
   for (index_t i = 0; i < g; ++i) {
     x[i] = blk.x + (r0 + i) * blk.ldx;
     y[i] = softmax || blk.op == RowOp::log_softmax ? blk.y + (r0 + i) * blk.ldy : nullptr;
-    if constexpr (widened) w[i] = buffer + i * n;
+    if constexpr (widened) w[i] = softmax ? buffer + i * n : nullptr;
     else w[i] = y[i];
   }
   SoftmaxState<T> s[group];
@@ -64,18 +67,24 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
     // tile loop's first tile (RowTiles: the maximum found in the same loop, the row computed again
     // against its own maximum where it overshoots the guess by more than the slack); the exps then
     // overlap the row's reads instead of following a pass that only reads. softmax's weights are
-    // against that reference, scaled by TileFactor.
+    // against that reference, scaled by TileFactor. Rows longer than short_row (log_softmax's and
+    // logsumexp's only: m is then no one's reference) go in segments of short_row, each as the tile
+    // loop's tiles: a segment's lanes sum at most short_row / width weights, the segments' sums are
+    // added compensated.
     using Tiles = RowTiles<Lanes, T>;
     for (index_t i = 0; i < g; ++i) {
       const Elements<T, B> value{x[i]};
       Tiles tiles;
       tiles.start_at(0, n, value);
-      bool kept = false;
-      if (tiles.try_running_max())
-        kept = softmax ? tiles.add_against_running_max(0, n, value, Store<T>{w[i]}, Tiles::stored_slack, m[i])
-                       : tiles.add_against_running_max(0, n, value, NoStore<T>{}, Tiles::slack, m[i]);
-      if (!kept)
-        m[i] = softmax ? tiles.add_own_max(0, n, value, Store<T>{w[i]}) : tiles.add_own_max(0, n, value, NoStore<T>{});
+      for (index_t b = 0; b < n; b += HostTraits::short_row) {
+        const index_t e = b + HostTraits::short_row < n ? b + HostTraits::short_row : n;
+        bool kept = false;
+        if (tiles.try_running_max())
+          kept = softmax ? tiles.add_against_running_max(b, e, value, Store<T>{w[i]}, Tiles::stored_slack, m[i])
+                         : tiles.add_against_running_max(b, e, value, NoStore<T>{}, Tiles::slack, m[i]);
+        if (!kept)
+          m[i] = softmax ? tiles.add_own_max(b, e, value, Store<T>{w[i]}) : tiles.add_own_max(b, e, value, NoStore<T>{});
+      }
       s[i] = tiles.state;
     }
   } else {
