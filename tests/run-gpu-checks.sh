@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Every GPU check in one call, from a bundle (bash cmake/kflash-dev.sh bundle) on a machine with a
-# GPU, in this order (the later parts are the cheaper to lose when a lease runs short):
+# GPU, in this order (the later parts are the cheaper to lose when a lease runs short; the sanitizers,
+# which time nothing, run beside the tests, and the timed parts after both):
 #   tests     kflash_test_cuda, the whole suite
 #   bench     kflash-bench --backend Cuda [args] (default --full), device limits in the same run
 #   peers     PyTorch's equivalents of the bench's cases (torch_peers.py), then one table of both
 #   probe     warp_mma_probe: attention through warp MMA (3xTF32 and bf16) outside kflash, at
 #             1x8x4096x64 and 1x1x16384x64, each variant's rate and its error against fp64
 #   ncu       Nsight Compute on attention (D = 64, 128) and decode: occupancy, DRAM throughput,
-#             FMA pipe use, warp stall reasons
-#   sanitize  compute-sanitizer memcheck and racecheck over a reduced set of tests
+#             FMA pipe use, warp stall reasons (KFLASH_GPU_NCU_CASES: other bench cases, one regex
+#             each, separated by spaces)
+#   sanitize  compute-sanitizer memcheck and racecheck over a reduced set of tests, beside the tests
 # Output goes to $KFLASH_GPU_OUT (default: out/ beside this script), at most 9 files: tests.log,
 # bench.log, bench/results.json, bench/summary.png, peers.log, torch_peers.json, probe.log, ncu.log,
 # sanitize.log.
@@ -29,11 +31,62 @@ stamp() { printf '\n== %s (%s s since the start)\n' "$1" "$SECONDS"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,temperature.gpu --format=csv |
   tee "$out/tests.log"
 
+# The sanitizers start first, in the background, and are waited for before the timed parts.
+sanitize() {
+  local f=${KFLASH_GPU_SANITIZE_FILTER:-'*AttentionTest/0.HeadDims:*AttentionTest/1.HeadDims:*AttentionTest/0.DecodeHeadDims:*AttentionTest/0.ChunkedStaging:*AttentionTest/0.MergeAttentionMatchesSinglePass:*AttentionTest/0.DecodeLongKeys:*AttentionOptionsTest/0.BlockMask:*AttentionSequencesTest/0.PagedDecodeAndPrefill:*SoftmaxTest/0.DeviceRowSchedulesByChunks:*SoftmaxTest/0.LayoutStride:*CrossEntropyTest/0.LayoutRight'}
+  local tool rc
+  for tool in memcheck racecheck; do
+    ( timeout "$(limit SANITIZE 120)" compute-sanitizer --tool $tool --error-exitcode 3 "$here/kflash_test_cuda" \
+          --gtest_brief=1 --gtest_filter="$f" >"$out/sanitize.$tool" 2>&1
+      echo $? >"$out/sanitize.$tool.rc" ) &
+  done
+  wait
+  : >"$out/sanitize.log"
+  for tool in memcheck racecheck; do
+    rc=$(cat "$out/sanitize.$tool.rc")
+    { echo "### $tool"; cat "$out/sanitize.$tool"; } >>"$out/sanitize.log"
+    echo "$tool: exit $rc$([ "$rc" -eq 124 ] && echo ' (time limit)'); $(grep -cE '^========= (Invalid|Race|Error)' \
+         "$out/sanitize.$tool") findings; $(grep -E 'tests? from .* ran' "$out/sanitize.$tool" | tail -1)" >>"$out/sanitize.sum"
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || echo failed >>"$out/sanitize.sum"
+    rm -f "$out/sanitize.$tool" "$out/sanitize.$tool.rc"
+  done
+}
+sanitizing=false
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+  stamp "compute-sanitizer, in the background"
+  : >"$out/sanitize.sum"
+  sanitize &
+  sanitizing=true
+fi
+
 if has tests; then
-  stamp tests
-  timeout "$(limit TESTS 240)" "$here/kflash_test_cuda" --gtest_brief=1 \
-      ${KFLASH_GPU_TEST_FILTER:+--gtest_filter=$KFLASH_GPU_TEST_FILTER} >>"$out/tests.log" 2>&1 || status=1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|tests? from .* ran|Timeout" "$out/tests.log" | head -40
+  # The tests' host references take most of their time: shards run side by side on the machine's cores
+  # (KFLASH_GPU_TEST_SHARDS, default 4), each test's time in the log.
+  shards=${KFLASH_GPU_TEST_SHARDS:-4}
+  stamp "tests, $shards shards"
+  pids=()
+  for ((i = 0; i < shards; ++i)); do
+    ( GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$(limit TESTS 240)" "$here/kflash_test_cuda" \
+          ${KFLASH_GPU_TEST_FILTER:+--gtest_filter=$KFLASH_GPU_TEST_FILTER} >"$out/tests.$i" 2>&1
+      echo $? >"$out/tests.$i.rc" ) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for ((i = 0; i < shards; ++i)); do
+    { echo "### shard $i of $shards: exit $(cat "$out/tests.$i.rc")"; cat "$out/tests.$i"; } >>"$out/tests.log"
+    [ "$(cat "$out/tests.$i.rc")" -eq 0 ] || status=1
+    rm -f "$out/tests.$i" "$out/tests.$i.rc"
+  done
+  grep -E "^### shard|^\[  (PASSED|FAILED|SKIPPED)|FAILED|Failure|tests? from .* ran|Timeout" "$out/tests.log" | head -60
+fi
+
+if $sanitizing; then
+  wait
+  stamp "compute-sanitizer done"
+  grep -v '^failed$' "$out/sanitize.sum"
+  grep -q '^failed$' "$out/sanitize.sum" && status=1
+  rm -f "$out/sanitize.sum"
+  grep -E "^========= (Invalid|Race|Error|ERROR)" "$out/sanitize.log" | sort | uniq -c | head -10
 fi
 
 if has bench; then
@@ -73,8 +126,8 @@ if has ncu && command -v ncu >/dev/null; then
   metrics+=",launch__occupancy_limit_shared_mem,launch__block_size,launch__grid_size,sm__throughput.avg.pct_of_peak_sustained_elapsed"
   metrics+=",smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct,$stalls"
   : >"$out/ncu.log"
-  for c in 'attention/fp32/1x8x4096x64/kflash' 'attention/fp32/1x4x4096x128/kflash' \
-           'decode/fp32/1x8\(kv1\)x1x1048576x128/kflash'; do
+  for c in ${KFLASH_GPU_NCU_CASES:-'attention/fp32/1x8x4096x64/kflash' 'attention/fp32/1x4x4096x128/kflash'
+           'decode/fp32/1x8\(kv1\)x1x1048576x128/kflash'}; do
     for m in "$metrics" "${metrics%%,smsp__warps_issue_stalled*}"; do  # without the stall metrics if refused
       echo "### $c" >>"$out/ncu.log"
       timeout "$(limit NCU 90)" ncu --clock-control none --kernel-name-base demangled \
@@ -110,19 +163,5 @@ EOF
   grep -E "^==ERROR|==WARNING" "$out/ncu.log" | sort | uniq -c | head -5
 fi
 
-if has sanitize && command -v compute-sanitizer >/dev/null; then
-  stamp "compute-sanitizer"
-  f=${KFLASH_GPU_SANITIZE_FILTER:-'*AttentionTest/0.HeadDims:*AttentionTest/1.HeadDims:*AttentionTest/0.DecodeHeadDims:*AttentionTest/0.ChunkedStaging:*AttentionTest/0.MergeAttentionMatchesSinglePass:*AttentionTest/0.DecodeLongKeys:*AttentionOptionsTest/0.BlockMask:*AttentionSequencesTest/0.PagedDecodeAndPrefill:*SoftmaxTest/0.DeviceRowSchedulesByChunks:*SoftmaxTest/0.LayoutStride:*CrossEntropyTest/0.LayoutRight'}
-  : >"$out/sanitize.log"
-  for tool in memcheck racecheck; do
-    echo "### $tool" >>"$out/sanitize.log"
-    timeout "$(limit SANITIZE 120)" compute-sanitizer --tool $tool --error-exitcode 3 "$here/kflash_test_cuda" \
-        --gtest_brief=1 --gtest_filter="$f" >>"$out/sanitize.log" 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || [ $rc -eq 124 ] || status=1
-    echo "$tool: exit $rc$([ $rc -eq 124 ] && echo ' (time limit)'); $(grep -cE '^========= (Invalid|Race|Error)' "$out/sanitize.log") findings so far; $(grep -E 'tests? from .* ran' "$out/sanitize.log" | tail -1)"
-  done
-  grep -E "^========= (Invalid|Race|Error|ERROR)" "$out/sanitize.log" | sort | uniq -c | head -10
-fi
 stamp "done, status $status"
 exit $status

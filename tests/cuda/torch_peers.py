@@ -7,10 +7,11 @@ then one table of both from the same run.
 Each peer is timed as kflash-bench times a device case: enough calls between two CUDA events to last
 about a millisecond, their mean, over 20 such iterations; the median is kept. Peers are named after
 the kflash case they stand beside ("Cuda/softmax/fp32/4096x1024") plus "/torch_<variant>"; a variant
-PyTorch refuses (fp32 on the flash backend, say) is recorded with its error. DIR/torch_peers.json holds
-every time in ms; with --kflash, the table gives kflash's time, its fraction of the limit measured in
-its run, the fastest fp32/fp64 peer of the same precision and kflash's speed-up over it (peer time
-over kflash time), and bf16 flash/cuDNN attention for reference.
+PyTorch refuses (fp32 on the flash backend, say) is recorded with its error. With --kflash, only the
+peers of the cases in that run are timed (and bf16 attention beside each fp32 or fp64 attention case,
+for reference). DIR/torch_peers.json holds every time in ms; the table gives kflash's time, its
+fraction of the limit measured in its run, the fastest peer of the same storage type and kflash's
+speed-up over it (peer time over kflash time), and PyTorch's bf16 attention of the same shape.
 """
 import argparse
 import json
@@ -29,7 +30,10 @@ CE_SHAPES = [(512, 262144), (4096, 32768), (8, 262144), (65536, 64)]
 ATTN_CASES = [(1, 8, 8, 1024, 1024, 64), (1, 8, 8, 4096, 4096, 64), (1, 4, 4, 4096, 4096, 128),
               (1, 1, 1, 16384, 16384, 64)]
 DECODE_CASES = [(1, 8, 1, 1, 65536, 128), (1, 8, 1, 1, 1048576, 128)]
-DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16, "fp16": torch.float16}
+# SDPA backends tried per storage type (flash and cuDNN take 16-bit tensors only).
+SDPA_BACKENDS = {"fp32": ("math", "efficient"), "fp64": ("math",), "bf16": ("flash", "cudnn", "efficient"),
+                 "fp16": ("flash", "cudnn", "efficient")}
 
 
 def time_ms(fn):
@@ -65,7 +69,8 @@ def sdpa_backends():
             "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def run_peers(results, errors):
+def run_peers(results, errors, wanted):
+    """Times the peers of every case base (\"Cuda/softmax/fp32/4096x1024\") for which wanted(base) holds."""
     from torch.nn.attention import sdpa_kernel
     gen = torch.Generator(device="cuda").manual_seed(7)
 
@@ -78,13 +83,18 @@ def run_peers(results, errors):
 
     for tname, dt in DTYPES.items():
         for rows, cols in ROW_SHAPES:
+            ops = [op for op in ("softmax", "log_softmax", "logsumexp") if wanted(f"Cuda/{op}/{tname}/{rows}x{cols}")]
+            if not ops:
+                continue
             x = torch.randn(rows, cols, device="cuda", dtype=dt, generator=gen)
-            base = f"Cuda/%s/{tname}/{rows}x{cols}/torch"
-            record(base % "softmax", lambda: F.softmax(x, -1))
-            record(base % "log_softmax", lambda: F.log_softmax(x, -1))
-            record(base % "logsumexp", lambda: torch.logsumexp(x, -1))
+            calls = {"softmax": lambda: F.softmax(x, -1), "log_softmax": lambda: F.log_softmax(x, -1),
+                     "logsumexp": lambda: torch.logsumexp(x, -1)}
+            for op in ops:
+                record(f"Cuda/{op}/{tname}/{rows}x{cols}/torch", calls[op])
             del x
     for rows, cols in CE_SHAPES:
+        if not wanted(f"Cuda/cross_entropy/fp32/{rows}x{cols}"):
+            continue
         x = torch.randn(rows, cols, device="cuda", dtype=torch.float32, generator=gen)
         labels = torch.randint(0, cols, (rows,), device="cuda", generator=gen)
         record(f"Cuda/cross_entropy/fp32/{rows}x{cols}/torch",
@@ -96,23 +106,32 @@ def run_peers(results, errors):
     cases += [(c + (False,), True) for c in DECODE_CASES]
     for (b, h, hk, nq, nk, d, causal), decode in cases:
         kind = "decode" if decode else "attention"
-        for tname, dt in list(DTYPES.items()) + [("bf16", torch.bfloat16)]:
+        for tname, dt in DTYPES.items():
+            base = f"Cuda/{kind}/{tname}/{shape_name(b, h, hk, nq, nk, d, causal)}"
+            if not wanted(base):
+                continue
             q = torch.randn(b, h, nq, d, device="cuda", dtype=dt, generator=gen)
             k = torch.randn(b, hk, nk, d, device="cuda", dtype=dt, generator=gen)
             v = torch.randn(b, hk, nk, d, device="cuda", dtype=dt, generator=gen)
-            names = ("flash", "cudnn") if tname == "bf16" else ("math", "efficient") if tname == "fp32" else ("math",)
-            # Stands beside kflash's fp32 case (bf16) or its own precision's.
-            base = f"Cuda/{kind}/{'fp32' if tname == 'bf16' else tname}/{shape_name(b, h, hk, nq, nk, d, causal)}"
-            for bname in names:
+            for bname in SDPA_BACKENDS[tname]:
                 def call(bk=backends[bname]):
                     with sdpa_kernel(bk):
                         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hk != h)
                 # The math backend materialises B*H*Nq*Nk scores: skip it where that passes 4 GiB.
                 if bname == "math" and b * h * nq * nk * q.element_size() * 3 > 4 << 30:
-                    errors[f"{base}/torch_{bname}" + ("_bf16" if tname == "bf16" else "")] = "skipped: scores over 4 GiB"
+                    errors[f"{base}/torch_{bname}"] = "skipped: scores over 4 GiB"
                     continue
-                record(f"{base}/torch_{bname}" + ("_bf16" if tname == "bf16" else ""), call)
+                record(f"{base}/torch_{bname}", call)
             del q, k, v
+
+
+def wanted_by(kflash):
+    """The case bases to time peers for: kflash's cases, and bf16 attention beside its wider ones."""
+    if kflash is None:
+        return lambda base: True
+    bases = {name[: -len("/kflash")] for name in kflash if name.endswith("/kflash")}
+    widened = {re.sub(r"^(Cuda/(attention|decode))/(fp32|fp64)/", r"\1/bf16/", b) for b in bases}
+    return lambda base: base in bases or base in widened
 
 
 def load_kflash(path):
@@ -128,20 +147,25 @@ def load_kflash(path):
 
 
 def table(kflash, peers):
+    def peers_of(base):
+        return {k.split("/")[-1]: v for k, v in peers.items()
+                if k.startswith(base + "/torch") and k.count("/") == base.count("/") + 1}
+
     rows = []
     for name, r in kflash.items():
         if not name.endswith("/kflash") or "/limits/" in name:
             continue
         base = name[: -len("/kflash")]
-        same = {k.split("/")[-1]: v for k, v in peers.items()
-                if k.startswith(base + "/torch") and k[len(base) + 1:].count("/") == 0 and not k.endswith("_bf16")}
-        bf16 = {k.split("/")[-1]: v for k, v in peers.items() if k.startswith(base + "/torch") and k.endswith("_bf16")}
+        same = peers_of(base)
+        attention = re.match(r"Cuda/(attention|decode)/", base)
+        bf16 = peers_of(re.sub(r"^(Cuda/(attention|decode))/[a-z0-9]+/", r"\1/bf16/", base)) if attention else {}
         if not same and not bf16:
             continue
         ms = float(r["real_time"])
         best = min(same.items(), key=lambda kv: kv[1]) if same else None
         rows.append((base.replace("Cuda/", ""), ms, r.get("frac_of_limit"), best, min(bf16.values()) if bf16 else None))
-    print(f"\n{'case':44s} {'kflash ms':>10s} {'of limit':>8s} {'best torch (same type)':>30s} {'speed-up':>8s} {'bf16 ms':>8s}")
+    print(f"\n{'case':44s} {'kflash ms':>10s} {'of limit':>8s} {'best torch (same type)':>30s} {'speed-up':>8s} "
+          f"{'bf16 ms':>8s}")
     for base, ms, frac, best, bf in rows:
         frac_s = f"{frac:.2f}" if isinstance(frac, (int, float)) else "-"
         best_s = f"{best[0].replace('torch_', '')} {best[1]:.3f}" if best else "-"
@@ -159,8 +183,9 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("torch_peers: no CUDA device")
     props = torch.cuda.get_device_properties(0)
+    kflash = load_kflash(args.kflash) if args.kflash and os.path.exists(args.kflash) else None
     results, errors = {}, {}
-    run_peers(results, errors)
+    run_peers(results, errors, wanted_by(kflash))
     with open(os.path.join(args.out, "torch_peers.json"), "w") as f:
         json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
                    "times_ms": results, "refused": errors}, f, indent=1)
@@ -168,8 +193,8 @@ def main():
           f"{len(errors)} refused")
     for k, v in sorted(errors.items()):
         print(f"  refused {k}: {v}")
-    if args.kflash and os.path.exists(args.kflash):
-        table(load_kflash(args.kflash), results)
+    if kflash is not None:
+        table(kflash, results)
 
 
 if __name__ == "__main__":
