@@ -271,7 +271,8 @@ build_cuda() {
   cmake -S "$src_dir" -B "$cuda_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CXX_COMPILER="$cuda_kokkos_root/bin/nvcc_wrapper" -DKokkos_ROOT="$cuda_kokkos_root" \
         -DKokkosKernels_ROOT="$cuda_kokkos_root" -DKFLASH_CUDA_DEVICE_WERROR=ON \
-        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON -DKFLASH_TEST_BACKENDS=Cuda >/dev/null
+        -DKFLASH_ENABLE_TESTS=ON -DKFLASH_ENABLE_PERF=ON -DKFLASH_TEST_BACKENDS=Cuda \
+        -DKFLASH_BENCH_BLAS="${cuda_bench_blas:-ON}" >/dev/null
   cmake --build "$cuda_build_dir" -j "$jobs" ${1:+--target "$@"}
 }
 
@@ -498,7 +499,7 @@ case "$cmd" in
   threads) threads ;;
   fuzz-c) fuzz_c ;;
   kokkos46) kokkos46 ;;
-  bundle) build_cuda kflash_test_cuda kflash-bench
+  bundle) cuda_bench_blas=OFF build_cuda kflash_test_cuda kflash-bench
           bundle_cuda ;;
   build) build ;;
   main)  build
