@@ -6,6 +6,8 @@
 
 #include <GradsCommon.hpp>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -196,6 +198,49 @@ TEST(TEST_CATEGORY, HalfCrossEntropyBackward) {
   check_half_ce_grad_shapes<kflash::bhalf_t>();
   if (::testing::Test::HasFatalFailure()) return;
   check_half_ce_grad_shapes<kflash::half_t>();
+}
+
+/// The host kernels write 16-bit gradients of outputs of HostTraits::stream_bytes and more through
+/// non-temporal stores: the same bits as the plain writes, from any alignment of dx and across the
+/// widened blocks (too large to allocate here, so called directly).
+template <class H>
+void check_half_streamed_grads() {
+  using kflash::impl::index_t;
+  namespace host = kflash::impl::host;
+  const std::size_t n = 2 * std::size_t(kflash::impl::HostTraits::widened_block) + 1037;
+  const std::vector<H> b = halves<H>(normal_values<float>(n, 792));
+  std::vector<float> logs = normal_values<float>(n, 793, 4.0);
+  for (float& x : logs) x = -std::fabs(x);
+  const std::vector<H> p = halves<H>(logs);
+  auto bits = [](const std::vector<H>& v) {
+    std::vector<std::uint16_t> out;
+    for (const H& h : v) {
+      std::uint16_t u;
+      std::memcpy(&u, &h, sizeof u);
+      out.push_back(u);
+    }
+    return out;
+  };
+  const H seven = kflash::impl::narrow<H>(7.0f);
+  for (int op = 0; op < 3; ++op) {  // softmax's, log_softmax's and logsumexp's gradients
+    for (std::size_t offset : {std::size_t(0), std::size_t(1), std::size_t(3)}) {
+      std::vector<H> plain(n + 40, seven), streamed(n + 40, seven);
+      for (bool stream : {false, true}) {
+        H* dx = (stream ? streamed : plain).data() + offset;
+        if (op == 2) host::write_lse_grad(p.data(), dx, index_t(n), 0.25f, 1.5f, stream);
+        else host::write_grad(op == 0 ? kflash::impl::RowOp::softmax : kflash::impl::RowOp::log_softmax, p.data(),
+                              b.data(), dx, index_t(n), 0.375f, stream);
+      }
+      EXPECT_EQ(bits(plain), bits(streamed)) << Half16<H>::name() << " op " << op << ", dx offset " << offset;
+      EXPECT_EQ(wide(plain[offset + n]), ld(7)) << "written past the end";
+    }
+  }
+}
+
+TEST(TEST_CATEGORY, HalfHostStreamedGradsMatchPlainOnes) {
+  if (!kflash::impl::ScheduleTraits<TEST_EXECSPACE>::host_kernels) GTEST_SKIP() << "no host kernels here";
+  check_half_streamed_grads<kflash::bhalf_t>();
+  check_half_streamed_grads<kflash::half_t>();
 }
 
 TEST(TEST_CATEGORY, HalfGradsBadInputThrows) {

@@ -325,6 +325,63 @@ TEST(TEST_CATEGORY, HalfRowsCrossEntropy) {
   check_half_cross_entropy<kflash::bhalf_t, Kokkos::LayoutStride>(7, 300, 35, "strided");
 }
 
+/// run_rows16 with non-temporal stores (calls whose outputs have HostTraits::stream_bytes or more:
+/// too large to allocate here, so called directly), against the reference like the plain stores:
+/// rows of a tile (never streamed), rows taken in one pass against a guess of their maximum,
+/// rows longer than short_row (softmax's tile loop, its weights in a buffer or computed again;
+/// log_softmax's segments), with a row stride that starts rows off a vector's boundary, in place
+/// too; nothing written past a row's end.
+template <class H>
+void check_half_rows_streamed() {
+  namespace host = kflash::impl::host;
+  using kflash::impl::index_t;
+  using kflash::impl::RowOp;
+  constexpr index_t tile = kflash::impl::HostTraits::tile, short_row = kflash::impl::HostTraits::short_row;
+  const H seven = kflash::impl::narrow<H>(7.0f);
+  auto bits = [](const H* p) { return reinterpret_cast<std::uint16_t*>(const_cast<H*>(p)); };
+  for (index_t cols : {tile, 3 * tile + 37, short_row + 988, 3 * short_row + 100}) {
+    const index_t rows = 3, ld = cols + 5;  // rows 1 and 2 start 10 and 20 bytes past row 0's alignment
+    std::vector<float> v = normal_values<float>(std::size_t(rows * ld), 23, 3.0);
+    v[std::size_t(ld + 77)] = -HUGE_VALF;       // a masked element
+    v[std::size_t(2 * ld + cols - 1)] = 40.0f;  // a maximum in the last tail
+    const std::vector<H> x = halves<H>(v);
+    std::vector<float> buffer(std::size_t(host::weights_elements(cols)));
+    for (RowOp op : {RowOp::softmax, RowOp::log_softmax}) {
+      for (bool buffered : {false, true}) {
+        if (buffered && op != RowOp::softmax) continue;
+        for (bool in_place : {false, true}) {
+          std::vector<H> y = in_place ? x : std::vector<H>(x.size(), seven);
+          host::RowBlock16 b{host::storage16_of<H>, op, bits(in_place ? y.data() : x.data()), ld,
+                             bits(y.data()), ld, nullptr, nullptr, 0, rows, cols};
+          if (buffered) {
+            b.buffer = buffer.data();
+            b.buffer_elements = index_t(buffer.size());
+          }
+          b.stream = true;
+          host::run_rows16(b);
+          const bool log_space = op == RowOp::log_softmax;
+          for (index_t r = 0; r < rows; ++r) {
+            const std::string where = std::string(Half16<H>::name()) + " streamed " + std::to_string(cols) +
+                                      (log_space ? " log_softmax" : " softmax") + (buffered ? " buffered" : "") +
+                                      (in_place ? " in place" : "") + " row " + std::to_string(r);
+            expect_half_row(x.data() + r * ld, y.data() + r * ld, std::size_t(cols), log_space, where);
+            if (::testing::Test::HasFatalFailure()) return;
+            for (index_t c = cols; c < ld; ++c)
+              ASSERT_EQ(wide(y[std::size_t(r * ld + c)]), wide(in_place ? x[std::size_t(r * ld + c)] : seven))
+                  << where << ": written past the row's end, column " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TEST_CATEGORY, HalfRowsHostKernelStreamed) {
+  if (!kflash::impl::ScheduleTraits<TEST_EXECSPACE>::host_kernels) GTEST_SKIP() << "no host kernels here";
+  check_half_rows_streamed<kflash::bhalf_t>();
+  check_half_rows_streamed<kflash::half_t>();
+}
+
 TEST(TEST_CATEGORY, HalfRowsSoftmaxLogSoftmaxLogsumexp) {
   check_half_rows<kflash::bhalf_t>();
   check_half_rows<kflash::half_t>();

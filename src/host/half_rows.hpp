@@ -29,14 +29,14 @@ SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) 
 }
 
 /// softmax's or log_softmax's write pass over a 16-bit chunk (its outputs are all 16-bit: softmax's
-/// weights by the exp they allow).
+/// weights by the exp they allow); with `stream`, through non-temporal stores.
 template <int VB>
 void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
-                 const SoftmaxNormalizer<float>& norm) {
+                 const SoftmaxNormalizer<float>& norm, bool stream) {
   with_storage(f, [&](auto* storage) {
     using B = std::remove_pointer_t<decltype(storage)>;
     constexpr ExpAccuracy A = rows16_accuracy<VB, B>;
-    write_row<float, VB, B, A>(op, reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), n, norm, false);
+    write_row<float, VB, B, A>(op, reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), n, norm, stream);
   });
 }
 
@@ -50,18 +50,27 @@ SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, co
   return grad_sum<float, VB, Float16>(op, reinterpret_cast<const Float16*>(a), reinterpret_cast<const Float16*>(b), n);
 }
 
-/// The gradient's write pass over a 16-bit chunk, block by block (dx may be b).
+/// The gradient's write pass over a 16-bit chunk, block by block (dx may be b); with `stream`, each
+/// block rounded through non-temporal stores.
 template <int VB>
 void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
-                  float s) {
+                  float s, bool stream) {
   alignas(64) float ab[block16], bb[block16];
   for (index_t i = 0; i < n; i += block16) {
     const index_t m = n - i < block16 ? n - i : block16;
     widen16<VB>(f, a + i, ab, m);
     widen16<VB>(f, b + i, bb, m);
     grad_chunk(op, ab, bb, bb, m, s);
-    narrow16<VB>(f, bb, dx + i, m);
+    if (!stream) {
+      narrow16<VB>(f, bb, dx + i, m);
+      continue;
+    }
+    with_storage(f, [&](auto* storage) {
+      using B = std::remove_pointer_t<decltype(storage)>;
+      write_pass<float, VB>(bb, reinterpret_cast<B*>(dx + i), m, Rounded<float>{}, true, false);
+    });
   }
+  if (stream) Stream<float, VB>::fence();
 }
 
 /// write_scaled_exp over a 16-bit chunk (y may be x).
@@ -76,10 +85,11 @@ void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, i
 
 /// write_lse_grad over a 16-bit chunk (dx may be x).
 template <int VB>
-void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse) {
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse,
+                      bool stream) {
   with_storage(f, [&](auto* storage) {
     using B = std::remove_pointer_t<decltype(storage)>;
-    write_lse_grad<float, VB>(reinterpret_cast<const B*>(x), reinterpret_cast<B*>(dx), n, lse, dlse, false);
+    write_lse_grad<float, VB>(reinterpret_cast<const B*>(x), reinterpret_cast<B*>(dx), n, lse, dlse, stream);
   });
 }
 
@@ -100,7 +110,7 @@ void run_rows16(const RowBlock16& b) {
       const index_t g = b.rows - r0 < block16 ? b.rows - r0 : block16;
       const RowBlock<float, B> rows{b.op, reinterpret_cast<const B*>(b.x + r0 * b.ldx), b.ldx,
                                     b.y != nullptr ? reinterpret_cast<B*>(b.y + r0 * b.ldy) : nullptr, b.ldy,
-                                    lse, 1, g, n, false, stored ? WeightsAt::scratch : WeightsAt::recomputed,
+                                    lse, 1, g, n, b.stream, stored ? WeightsAt::scratch : WeightsAt::recomputed,
                                     b.buffer};
       run_rows<float, VB, B, A>(rows);
       if (b.op == RowOp::logsumexp)

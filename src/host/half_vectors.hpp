@@ -234,6 +234,27 @@ struct Narrowing {
 #endif
 };
 
+/// The stores of a streaming write pass into 16-bit outputs (Stream's non-temporal stores): two
+/// vectors rounded as Narrowing rounds them, into one vector of VB bytes stored at p (aligned to VB).
+template <int VB>
+struct StreamNarrowing {
+  static constexpr bool available = Stream<float, VB>::available;
+  template <class B>
+  static void store_pair(B* p, const typename Vec<float, VB>::type& a, const typename Vec<float, VB>::type& b) {
+    constexpr int W = VB / 4;
+    alignas(VB) B h[2 * W];
+    if constexpr (Narrowing<VB>::template pairs<B>) {
+      Narrowing<VB>::store_pair(h, a, b);
+    } else {
+      Narrowing<VB>::store(h, a);
+      Narrowing<VB>::store(h + W, b);
+    }
+    typename Vec<float, VB>::type v;
+    __builtin_memcpy(&v, h, sizeof v);
+    Stream<float, VB>::store(reinterpret_cast<float*>(p), v);
+  }
+};
+
 /// y[0, n) = x[0, n) rounded to nearest even (narrow_vector).
 template <int VB>
 void narrow16(Storage16 f, const float* x, std::uint16_t* y, index_t n) {

@@ -80,8 +80,8 @@ namespace kflash::impl::host {
     return internal::row_state16<vector_bytes>(f, x, n);                                                      \
   }                                                                                                           \
   attributes void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,     \
-                              const SoftmaxNormalizer<float>& norm) {                                         \
-    internal::write_row16<vector_bytes>(f, op, x, y, n, norm);                                                \
+                              const SoftmaxNormalizer<float>& norm, bool stream) {                            \
+    internal::write_row16<vector_bytes>(f, op, x, y, n, norm, stream);                                        \
   }                                                                                                           \
   attributes void run_rows16(const RowBlock16& b) { internal::run_rows16<vector_bytes>(b); }                  \
   attributes SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a,                   \
@@ -89,12 +89,12 @@ namespace kflash::impl::host {
     return internal::grad_sum16<vector_bytes>(f, op, a, b, n);                                                \
   }                                                                                                           \
   attributes void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b,         \
-                               std::uint16_t* dx, index_t n, float s) {                                       \
-    internal::write_grad16<vector_bytes>(f, op, a, b, dx, n, s);                                              \
+                               std::uint16_t* dx, index_t n, float s, bool stream) {                          \
+    internal::write_grad16<vector_bytes>(f, op, a, b, dx, n, s, stream);                                      \
   }                                                                                                           \
   attributes void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n,         \
-                                   float lse, float dlse) {                                                   \
-    internal::write_lse_grad16<vector_bytes>(f, x, dx, n, lse, dlse);                                         \
+                                   float lse, float dlse, bool stream) {                                      \
+    internal::write_lse_grad16<vector_bytes>(f, x, dx, n, lse, dlse, stream);                                 \
   }                                                                                                           \
   attributes void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n,       \
                                      float shift, float scale, float offset) {                                \
@@ -301,19 +301,20 @@ SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n) 
   KFLASH_IMPL_DISPATCH(isa(), row_state16(f, x, n))
 }
 void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
-                 const SoftmaxNormalizer<float>& norm) {
-  KFLASH_IMPL_DISPATCH(isa(), write_row16(f, op, x, y, n, norm))
+                 const SoftmaxNormalizer<float>& norm, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_row16(f, op, x, y, n, norm, stream))
 }
 void run_rows16(const RowBlock16& block) { KFLASH_IMPL_DISPATCH(isa(), run_rows16(block)) }
 SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, index_t n) {
   KFLASH_IMPL_DISPATCH(isa(), grad_sum16(f, op, a, b, n))
 }
 void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
-                  float s) {
-  KFLASH_IMPL_DISPATCH(isa(), write_grad16(f, op, a, b, dx, n, s))
+                  float s, bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_grad16(f, op, a, b, dx, n, s, stream))
 }
-void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse) {
-  KFLASH_IMPL_DISPATCH(isa(), write_lse_grad16(f, x, dx, n, lse, dlse))
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse,
+                      bool stream) {
+  KFLASH_IMPL_DISPATCH(isa(), write_lse_grad16(f, x, dx, n, lse, dlse, stream))
 }
 void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, index_t n, float shift, float scale,
                         float offset) {

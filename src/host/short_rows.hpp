@@ -25,14 +25,15 @@ constexpr index_t short_rows_group(index_t n) {
 /// Into L2 only: L1 holds the group's buffer and rows. Rows of at most 4 tiles take none: the
 /// hardware's prefetchers keep up with rows that short (docs/benchmarks.md has the figures).
 template <class T, int VB, class X, class Y, class F, class P>
-void write_pass_ahead(const X* x, Y* y, index_t n, const F& f, const P* ahead) {
+void write_pass_ahead(const X* x, Y* y, index_t n, const F& f, const P* ahead, bool stream) {
   constexpr index_t step = 4 * HostTraits::tile;
   if (n <= step) ahead = nullptr;
   for (index_t b = 0; b < n; b += step) {
     const index_t e = b + step < n ? b + step : n;
-    write_pass<T, VB>(x + b, y + b, e - b, f, false);
+    write_pass<T, VB>(x + b, y + b, e - b, f, stream, false);
     if (ahead != nullptr) prefetch_lines<2>(ahead + b, e - b);
   }
+  if (stream) Stream<T, VB>::fence();
 }
 
 /// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
@@ -62,6 +63,7 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
   }
   SoftmaxState<T> s[group];
   const bool guessed = widened && n > HostTraits::tile;  // m: the weights' references
+  const bool stream = blk.stream && n > HostTraits::tile;
   if (guessed) {
     // 16-bit rows longer than a tile: each row in one pass against a guess of its maximum, as the
     // tile loop's first tile (RowTiles: the maximum found in the same loop, the row computed again
@@ -111,8 +113,8 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
           continue;
         }
         const TileFactor<T, RowTiles<Lanes, T>> f(m[i], s[i].max, norm.inv_sum);
-        if (f.twice) write_pass_ahead<T, VB>(w[i], y[i], n, ScaledTwice<T>{f.first, f.factor}, ahead(i));
-        else write_pass_ahead<T, VB>(w[i], y[i], n, Scaled<T>{f.factor}, ahead(i));
+        if (f.twice) write_pass_ahead<T, VB>(w[i], y[i], n, ScaledTwice<T>{f.first, f.factor}, ahead(i), stream);
+        else write_pass_ahead<T, VB>(w[i], y[i], n, Scaled<T>{f.factor}, ahead(i), stream);
       } else {
         for (index_t j = 0; j < n; ++j) y[i][j] = norm.prob_of_weight(y[i][j]);
       }
@@ -134,7 +136,7 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
       blk.out[(r0 + i) * blk.ldout] = s[i].logsumexp(log_l[i]);
     } else {
       const SoftmaxNormalizer<T> norm(s[i], Normalize::log_prob, T(log_l[i]));
-      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, false);
+      write_pass<T, VB>(x[i], y[i], n, LogProbOf<T>{norm}, stream);
     }
   }
 }

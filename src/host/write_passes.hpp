@@ -55,6 +55,11 @@ struct TileFactor {
 };
 
 template <class T>
+struct Rounded {  // the values as they are, for a 16-bit write pass that only rounds them
+  T operator()(T v) const { return v; }
+};
+
+template <class T>
 struct ScaledExpOf {  // cross-entropy's gradient: scale exp(v - shift) - offset
   T shift, scale, offset;
   T operator()(T v) const { return scale * exp_nonpositive(v - shift) - offset; }
@@ -126,8 +131,9 @@ inline index_t write_vectors(const B* x, Y* y, index_t i, index_t n, const F& f)
   return i;
 }
 
-/// write_vectors into 16-bit outputs that Narrowing rounds two vectors at a time (store_pair).
-template <class T, int VB, class B, class Y, class F>
+/// write_vectors into 16-bit outputs that Out (Narrowing, StreamNarrowing) rounds two vectors at a
+/// time (store_pair).
+template <class T, int VB, class Out, class B, class Y, class F>
 inline index_t write_vector_pairs(const B* x, Y* y, index_t i, index_t n, const F& f) {
   using V = Vec<T, VB>;
   constexpr int W = VB / int(sizeof(T));
@@ -141,36 +147,51 @@ inline index_t write_vector_pairs(const B* x, Y* y, index_t i, index_t n, const 
     apply_lanes<T, VB, 2 * W>(f, xl, w);
     V::load(v, w);
     V::load(u, w + W);
-    Narrowing<VB>::store_pair(y + i, v, u);
+    Out::store_pair(y + i, v, u);
   }
   return i;
 }
 
+/// The streaming part of a write pass: y[i] = f(x[i]) element by element up to where y is aligned to
+/// a vector, then by `vectors(i, e)` (non-temporal stores of whole vectors from i on; returns where
+/// they end), a group at a time with the group ahead prefetched; returns where the vectors end.
+template <class T, int VB, class B, class Y, class F, class Vectors>
+inline index_t stream_vectors(const B* x, Y* y, index_t n, const F& f, const Vectors& vectors) {
+  index_t i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = Y(f(Operand<T, VB, B>::element(x[i])));
+  constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
+  for (; i + ahead + group <= n; i += group) {
+    prefetch_lines(x + i + ahead, group);
+    vectors(i, i + group);
+  }
+  return vectors(i, n);
+}
+
 /// The write pass y[i] = f(x[i]), i in [0, n), x stored as B, y as Y (T, or 16-bit: each output
-/// rounded once; those take no non-temporal stores).
+/// rounded once); with `stream`, through non-temporal stores (and a fence after them, with `fence`).
 template <class T, int VB, class B, class Y, class F>
 inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, bool fence = true) {
   using S = Stream<T, VB>;
-  using In = Operand<T, VB, B>;
   index_t i = 0;
   if constexpr (std::is_same<Y, T>::value) {
     if (stream && S::available) {
-      for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = f(In::element(x[i]));
-      constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
-      for (; i + ahead + group <= n; i += group) {
-        prefetch_lines(x + i + ahead, group);
-        write_vectors<T, VB, S>(x, y, i, i + group, f);
-      }
-      i = write_vectors<T, VB, S>(x, y, i, n, f);
-      if (fence) S::fence();
+      i = stream_vectors<T, VB>(x, y, n, f,
+                                [&](index_t a, index_t e) { return write_vectors<T, VB, S>(x, y, a, e, f); });
     } else {
       i = write_vectors<T, VB, Vec<T, VB>>(x, y, i, n, f);
     }
   } else {
-    if constexpr (Narrowing<VB>::template pairs<Y>) i = write_vector_pairs<T, VB>(x, y, i, n, f);
-    i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
+    using SN = StreamNarrowing<VB>;
+    if (stream && SN::available) {
+      i = stream_vectors<T, VB>(x, y, n, f,
+                                [&](index_t a, index_t e) { return write_vector_pairs<T, VB, SN>(x, y, a, e, f); });
+    } else {
+      if constexpr (Narrowing<VB>::template pairs<Y>) i = write_vector_pairs<T, VB, Narrowing<VB>>(x, y, i, n, f);
+      i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
+    }
   }
-  for (; i < n; ++i) y[i] = Y(f(In::element(x[i])));
+  for (; i < n; ++i) y[i] = Y(f(Operand<T, VB, B>::element(x[i])));
+  if (stream && fence) S::fence();
 }
 
 /// softmax's or log_softmax's write pass; A: the accuracy of softmax's weights.

@@ -79,13 +79,14 @@ void narrow16(Isa which, Storage16 f, const float* x, std::uint16_t* y, index_t 
 /// rounded once (no non-temporal stores).
 SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n);
 void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
-                 const SoftmaxNormalizer<float>& norm);
+                 const SoftmaxNormalizer<float>& norm, bool stream);
 /// Whole 16-bit rows of `format`, as RowBlock: row r of x at x + r * ldx, cols elements each,
 /// contiguous; softmax and log_softmax write row r of y at y + r * ldy (y may be x); logsumexp
 /// writes out[r * ldout] in float, or out16[r * ldout] rounded where out is null. The rows go
 /// through run_rows' passes as they are, read widened and written rounded; softmax's weights of
 /// rows longer than a tile kept in `buffer` (buffer_elements floats, at least
-/// weights_elements(cols); none: each weight computed again in the write pass).
+/// weights_elements(cols); none: each weight computed again in the write pass). With `stream`, rows
+/// longer than a tile write with non-temporal stores.
 struct RowBlock16 {
   Storage16 format;
   RowOp op;
@@ -99,6 +100,7 @@ struct RowBlock16 {
   index_t rows, cols;
   float* buffer = nullptr;
   index_t buffer_elements = 0;
+  bool stream = false;
 };
 void run_rows16(const RowBlock16& block);
 
@@ -111,9 +113,9 @@ SoftmaxState<float> row_state(const H* x, index_t n) {
   return row_state16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), n);
 }
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
-void write_row(RowOp op, const H* x, H* y, index_t n, const SoftmaxNormalizer<float>& norm, bool /*stream*/) {
+void write_row(RowOp op, const H* x, H* y, index_t n, const SoftmaxNormalizer<float>& norm, bool stream) {
   write_row16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(y), n,
-              norm);
+              norm, stream);
 }
 
 /// y[0, n) = scale * exp(x - shift) - offset for a chunk x[0, n) of a row whose x - shift <= 0
@@ -172,11 +174,12 @@ void run_rows(const RowBlock<double>& block);
 /// gradient; x - lse of either sign), with `stream` through non-temporal stores. dx may be x.
 void write_lse_grad(const float* x, float* dx, index_t n, float lse, float dlse, bool stream);
 void write_lse_grad(const double* x, double* dx, index_t n, double lse, double dlse, bool stream);
-void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse);
+void write_lse_grad16(Storage16 f, const std::uint16_t* x, std::uint16_t* dx, index_t n, float lse, float dlse,
+                      bool stream);
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
-void write_lse_grad(const H* x, H* dx, index_t n, float lse, float dlse, bool /*stream*/) {
+void write_lse_grad(const H* x, H* dx, index_t n, float lse, float dlse, bool stream) {
   write_lse_grad16(storage16_of<H>, reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(dx), n,
-                   lse, dlse);
+                   lse, dlse, stream);
 }
 
 /// The gradients of softmax (op softmax: a = y, b = dy) and log_softmax (log_softmax: a = y, b = dy)
@@ -189,19 +192,19 @@ SoftmaxState<double> grad_sum(RowOp op, const double* a, const double* b, index_
 void write_grad(RowOp op, const float* a, const float* b, float* dx, index_t n, float s, bool stream);
 void write_grad(RowOp op, const double* a, const double* b, double* dx, index_t n, double s, bool stream);
 /// The same on 16-bit chunks: the sum in float, widened as it loads; dx computed in float by blocks
-/// and rounded once (no non-temporal stores).
+/// and rounded once.
 SoftmaxState<float> grad_sum16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, index_t n);
 void write_grad16(Storage16 f, RowOp op, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* dx, index_t n,
-                  float s);
+                  float s, bool stream);
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
 SoftmaxState<float> grad_sum(RowOp op, const H* a, const H* b, index_t n) {
   return grad_sum16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(a),
                     reinterpret_cast<const std::uint16_t*>(b), n);
 }
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
-void write_grad(RowOp op, const H* a, const H* b, H* dx, index_t n, float s, bool /*stream*/) {
+void write_grad(RowOp op, const H* a, const H* b, H* dx, index_t n, float s, bool stream) {
   write_grad16(storage16_of<H>, op, reinterpret_cast<const std::uint16_t*>(a),
-               reinterpret_cast<const std::uint16_t*>(b), reinterpret_cast<std::uint16_t*>(dx), n, s);
+               reinterpret_cast<const std::uint16_t*>(b), reinterpret_cast<std::uint16_t*>(dx), n, s, stream);
 }
 
 /// Which part of attention_tile() to run: all of it, or the scores alone and then the rest (so that

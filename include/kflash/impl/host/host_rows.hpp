@@ -113,6 +113,7 @@ struct HostRowKernel {
   RowBlock16 block16_of(const member_type& team, index_t r0, index_t r1) const {
     RowBlock16 block{storage16_of<S>, Op, reinterpret_cast<const std::uint16_t*>(x.row(r0)), x.row_stride(),
                      nullptr, 0, nullptr, nullptr, 0, r1 - r0, plan.rows.cols};
+    block.stream = plan.stream;
     if (plan.weights_bytes > 0) {
       block.buffer =
           static_cast<float*>(team.team_scratch(1).get_shmem_aligned(plan.weights_bytes, weights_alignment));
