@@ -344,6 +344,7 @@ void check_half_rows_streamed() {
     std::vector<float> v = normal_values<float>(std::size_t(rows * ld), 23, 3.0);
     v[std::size_t(ld + 77)] = -HUGE_VALF;       // a masked element
     v[std::size_t(2 * ld + cols - 1)] = 40.0f;  // a maximum in the last tail
+    v[std::size_t(cols / 2)] = -90.0f;          // a weight below float's normal range
     const std::vector<H> x = halves<H>(v);
     std::vector<float> buffer(std::size_t(host::weights_elements(cols)));
     for (RowOp op : {RowOp::softmax, RowOp::log_softmax}) {

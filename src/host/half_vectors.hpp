@@ -69,19 +69,36 @@ __attribute__((target("avx512f,avx512dq"))) inline void narrow_bf16_16(const __m
   r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), top, _mm512_set1_epi32(0x40));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_maskz_cvtepi32_epi16(0xFFFF, r));
 }
-/// narrow_bf16_16 on two vectors at once, a at y and b at y + 16: vcvtne2ps2bf16 rounds both in
-/// one instruction and one 64-byte store writes them, where neither has a subnormal lane.
+/// vcvtne2ps2bf16's rounding of a (the low half) and b into r, where it is allowed (neither has a
+/// subnormal lane): false (r unset) where not.
+__attribute__((target("avx512f,avx512dq"))) inline bool rounded_bf16_32(const __m512& a, const __m512& b,
+                                                                       __m512i& r) {
+  if (!rounds_bf16_by_instruction ||
+      (_mm512_fpclass_ps_mask(a, 0x20 /* subnormal */) | _mm512_fpclass_ps_mask(b, 0x20)) != 0)
+    return false;
+  __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(b), "v"(a));
+  return true;
+}
+/// narrow_bf16_16 on two vectors at once, a at y and b at y + 16: one instruction rounds both and
+/// one 64-byte store writes them where rounded_bf16_32 allows.
 __attribute__((target("avx512f,avx512dq"))) inline void narrow_bf16_32(const __m512& a, const __m512& b,
                                                                        std::uint16_t* y) {
-  if (rounds_bf16_by_instruction &&
-      (_mm512_fpclass_ps_mask(a, 0x20 /* subnormal */) | _mm512_fpclass_ps_mask(b, 0x20)) == 0) {
-    __m512i r;
-    __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(b), "v"(a));  // a to the low half
+  __m512i r;
+  if (rounded_bf16_32(a, b, r)) {
     _mm512_storeu_si512(y, r);
     return;
   }
   narrow_bf16_16(a, y);
   narrow_bf16_16(b, y + 16);
+}
+/// The same through a non-temporal store (y aligned to 64 bytes) where rounded_bf16_32 allows:
+/// false (nothing stored) where not.
+__attribute__((target("avx512f,avx512dq"))) inline bool stream_bf16_32(const __m512& a, const __m512& b,
+                                                                      std::uint16_t* y) {
+  __m512i r;
+  if (!rounded_bf16_32(a, b, r)) return false;
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(y), r);
+  return true;
 }
 #endif
 
@@ -241,6 +258,14 @@ struct StreamNarrowing {
   static constexpr bool available = Stream<float, VB>::available;
   template <class B>
   static void store_pair(B* p, const typename Vec<float, VB>::type& a, const typename Vec<float, VB>::type& b) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+    if constexpr (VB == 64 && std::is_same<B, Bfloat16>::value) {  // in registers where it can
+      __m512 x, y;
+      __builtin_memcpy(&x, &a, sizeof x);
+      __builtin_memcpy(&y, &b, sizeof y);
+      if (stream_bf16_32(x, y, &p->bits)) return;
+    }
+#endif
     constexpr int W = VB / 4;
     alignas(VB) B h[2 * W];
     if constexpr (Narrowing<VB>::template pairs<B>) {
