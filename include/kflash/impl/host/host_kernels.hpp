@@ -75,8 +75,8 @@ inline constexpr Storage16 storage16_of = std::is_same<H, half_t>::value ? Stora
 void widen16(Isa which, Storage16 f, const std::uint16_t* x, float* y, index_t n);
 void narrow16(Isa which, Storage16 f, const float* x, std::uint16_t* y, index_t n);
 
-/// row_state and write_row on 16-bit rows, by blocks widened to float in the cache; each output is
-/// rounded once (no non-temporal stores).
+/// row_state and write_row on 16-bit rows, read widened to float as they load; each output is rounded
+/// once (with `stream`, through non-temporal stores).
 SoftmaxState<float> row_state16(Storage16 f, const std::uint16_t* x, index_t n);
 void write_row16(Storage16 f, RowOp op, const std::uint16_t* x, std::uint16_t* y, index_t n,
                  const SoftmaxNormalizer<float>& norm, bool stream);
