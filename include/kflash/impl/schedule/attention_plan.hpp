@@ -246,6 +246,17 @@ struct AttentionKernelBase {
     return block_mask.hides(w.b, w.hk * p.group, w.nq, w.rho0, w.nrows, t0, nk);
   }
 
+  /// For schedules whose tiles start at w.kb, bk keys apart: the keys of the tile from t0, and the
+  /// first tile start t0 >= t that the block mask does not hide (or w.ke).
+  KOKKOS_INLINE_FUNCTION static index_t keys_at(const Block& w, index_t t0, index_t bk) {
+    return w.ke - t0 < bk ? w.ke - t0 : bk;
+  }
+  KOKKOS_INLINE_FUNCTION index_t next_tile(const Block& w, index_t t, index_t bk) const {
+    for (; t < w.ke; t += bk)
+      if (!tile_hidden(w, t, keys_at(w, t, bk))) return t;
+    return w.ke;
+  }
+
   /// The keys query row i of block w sees.
   KOKKOS_INLINE_FUNCTION KeyRange keys_of(const Block& w, index_t i) const { return w.mask.keys_of(i); }
   /// Where block w's row `row` is, for the score stage.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
+#include <kflash/impl/schedule/kv_chunks.hpp>
 
 #include <type_traits>
 
@@ -90,31 +91,17 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   bool chunked_kv = false;
 
   /// One tile's K and V chunks as a thread holds them between their loads and their stores, as
-  /// stored (16-bit storage: half the registers of float's): the thread's items are rank,
-  /// rank + team_size, ... of the tile's BK * DV / WS chunks of each (K's rows have D <= DV
-  /// elements, the rest of the items unused).
-  static constexpr int tile_chunks = BK * (DV / WS);
-  static constexpr int chunks_per_thread = (tile_chunks + Shape::team_size - 1) / Shape::team_size;
-  struct TileChunks {
-    Chunk<S> k[chunks_per_thread], v[chunks_per_thread];
-  };
+  /// stored (16-bit storage: half the registers of float's).
+  using TileChunks = KVTileChunks<S, BK, DV, Shape::team_size>;
   /// Whether the tiles are prefetched: loaded into registers (TileChunks) while the team computes
   /// the tile before, so that their loads overlap its products. Chunked K/V rows of D <= DV.
   KOKKOS_INLINE_FUNCTION bool prefetched() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
 
-  /// Loads the tile of nk keys from t0 into c: K's chunk i is key i / (D / WS), V's key
-  /// i / (DV / WS); zero past the tile's keys and past Dv. Consecutive threads read consecutive
-  /// chunks of a row.
-  KOKKOS_INLINE_FUNCTION void load_tile(const member_type& team, const typename Base::Block& w, index_t t0, int nk,
+  /// The tile from t0 into c (TileChunks::load).
+  KOKKOS_INLINE_FUNCTION void load_tile(const member_type& team, const typename Base::Block& w, index_t t0,
                                         TileChunks& c) const {
-    constexpr int vchunks = DV / WS;
-    const int kchunks = int(this->p.D) / WS, Dv = int(this->p.Dv);
-    KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
-      const int i = team.team_rank() + u * team.team_size();
-      const int jk = i / kchunks, jv = i / vchunks, cv = (i - jv * vchunks) * WS;
-      c.k[u] = jk < nk ? load_chunk(&this->k(w.b, w.hk, t0 + jk, (i - jk * kchunks) * WS)) : Chunk<S>{};
-      c.v[u] = jv < nk && cv < Dv ? load_chunk(&this->v(w.b, w.hk, t0 + jv, cv)) : Chunk<S>{};
-    }
+    c.load(team.team_rank(), team.team_size(), this->k, this->v, w.b, w.hk, t0, int(this->keys_at(w, t0, BK)),
+           int(this->p.D), int(this->p.Dv));
   }
   /// Stores stored chunk c widened at to: its widened_chunks chunks of T side by side.
   KOKKOS_INLINE_FUNCTION static void store_widened(T* to, const Chunk<S>& c) {
@@ -124,18 +111,12 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       store_chunk(to + h * W, x);
     }
   }
-  /// Stores the chunks load_tile gave c: K, ks(j, d); V, vs(j, c). (D is whole stored chunks here.)
+  /// Stores the chunks TileChunks::load gave c, widened: K, ks(j, d); V, vs(j, c).
   KOKKOS_INLINE_FUNCTION void store_tile(const member_type& team, const TileChunks& c, const Tile& ks,
                                          const Tile& vs) const {
-    constexpr int vchunks = DV / WS;
-    const int kchunks = int(this->p.D) / WS;
-    KFLASH_IMPL_UNROLL for (int u = 0; u < chunks_per_thread; ++u) {
-      const int i = team.team_rank() + u * team.team_size();
-      if (i >= tile_chunks) break;
-      const int jk = i / kchunks, jv = i / vchunks;
-      if (jk < BK) store_widened(&ks(jk, (i - jk * kchunks) * WS), c.k[u]);
-      store_widened(&vs(jv, (i - jv * vchunks) * WS), c.v[u]);
-    }
+    c.store(team.team_rank(), team.team_size(), int(this->p.D),
+            [&](int j, int d, const Chunk<S>& x) { store_widened(&ks(j, d), x); },
+            [&](int j, int d, const Chunk<S>& x) { store_widened(&vs(j, d), x); });
   }
   /// The tile of nk keys from t0 into scratch, element by element (rows not in chunks, or D > DV):
   /// K zero past D (to whole chunks), V zero past Dv, both zero past the tile's keys. In-tile
@@ -151,17 +132,6 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       const int j = idx / DV, c = idx - j * DV;
       vs(j, c) = j < nk && c < Dv ? widen(this->v(w.b, w.hk, t0 + j, c)) : T(0);
     });
-  }
-
-  /// The first tile start t0 >= t (tiles start at w.kb, BK keys apart) that the block mask does
-  /// not hide, or w.ke.
-  KOKKOS_INLINE_FUNCTION index_t next_tile(const typename Base::Block& w, index_t t) const {
-    for (; t < w.ke; t += BK)
-      if (!this->tile_hidden(w, t, keys_at(w, t))) return t;
-    return w.ke;
-  }
-  KOKKOS_INLINE_FUNCTION static index_t keys_at(const typename Base::Block& w, index_t t0) {
-    return w.ke - t0 < BK ? w.ke - t0 : BK;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
@@ -202,16 +172,16 @@ struct TeamAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     // Prefetched tiles: the next visible tile's chunks are loaded before this tile's products.
     const bool prefetch = prefetched();
     TileChunks next{};
-    index_t t0 = next_tile(w, w.kb);
-    if (prefetch && t0 < w.ke) load_tile(team, w, t0, int(keys_at(w, t0)), next);
+    index_t t0 = this->next_tile(w, w.kb, BK);
+    if (prefetch && t0 < w.ke) load_tile(team, w, t0, next);
     while (t0 < w.ke) {
-      const index_t nk = keys_at(w, t0);
+      const index_t nk = this->keys_at(w, t0, BK);
       team.team_barrier();  // the previous tile is no longer read
       if (prefetch) store_tile(team, next, ks, vs);
       else stage_tile(team, w, t0, int(nk), ks, vs);
       team.team_barrier();
-      const index_t t1 = next_tile(w, t0 + BK);
-      if (prefetch && t1 < w.ke) load_tile(team, w, t1, int(keys_at(w, t1)), next);
+      const index_t t1 = this->next_tile(w, t0 + BK, BK);
+      if (prefetch && t1 < w.ke) load_tile(team, w, t1, next);
 
       // Scores of this thread's blocks, masked; each block row's maximum over its TN keys.
       KFLASH_IMPL_UNROLL for (int bb = 0; bb < Shape::blocks; ++bb) {
