@@ -242,10 +242,11 @@ void half_attention_cases() {
   }
 }
 
-/// The team schedule (the device schedule) of Shape, whose tiles hold float, on 16-bit q, k, v, o:
-/// K/V staged widened, by 16-byte chunks of 8 elements where the rows allow (D, Dv multiples of 8)
-/// and element by element where not, on blocks and tiles not filled, GQA, causal rows that see no
-/// key, split K/V.
+/// The device schedule of Shape on 16-bit q, k, v, o (a TeamAttentionShape: the team schedule, its
+/// tiles widened to float; a WarpAttentionShape: the warp-product schedule, its tiles as stored):
+/// K/V staged by 16-byte chunks of 8 elements where the rows allow (D, Dv multiples of 8) and
+/// element by element where not, on blocks and tiles not filled, GQA, causal rows that see no key,
+/// split K/V.
 template <class H, class Shape>
 void half_team_schedule_cases() {
   const Storage16Scope scope(rounding16<H>());
@@ -323,8 +324,8 @@ TEST(TEST_CATEGORY, HalfAttention) {
   half_attention_cases<kflash::half_t>();
 }
 
-/// Where Space has no host kernels: the plan picks the traits' team shapes for 16-bit storage, and
-/// the cases above run through each of them. (A template, so that host traits, which have no team
+/// Where Space has no host kernels: the plan picks the traits' shapes for 16-bit storage, and the
+/// cases above run through each of them. (A template, so that host traits, which have no team
 /// shapes, never instantiate the branch.)
 template <class Space>
 void half_traits_shape_cases() {
@@ -340,7 +341,29 @@ void half_traits_shape_cases() {
     half_team_schedule_cases<kflash::bhalf_t, typename Traits::template team_shape<float, large, true>>();
     half_team_schedule_cases<kflash::half_t, typename Traits::template team_shape<float, large, false>>();
     half_team_schedule_cases<kflash::half_t, typename Traits::template team_shape<float, small, true>>();
+    // The warp-product schedule, which the plan takes for 16-bit storage but in decoding's blocks.
+    using kflash::impl::is_warp_shape;
+    using BfSmall = typename Traits::template warp_shape<kflash::bhalf_t, small, false>;
+    using HalfLarge = typename Traits::template warp_shape<kflash::half_t, large, false>;
+    static_assert(is_warp_shape<BfSmall> && is_warp_shape<HalfLarge>, "kflash tests: no warp shape for 16 bits");
+    static_assert(std::is_void<typename Traits::template warp_shape<kflash::bhalf_t, small, true>>::value &&
+                      std::is_void<typename Traits::template warp_shape<float, small, false>>::value,
+                  "kflash tests: a warp shape for decoding's blocks or for fp32");
+    half_team_schedule_cases<kflash::bhalf_t, BfSmall>();
+    half_team_schedule_cases<kflash::half_t, HalfLarge>();
+    half_team_schedule_cases<kflash::bhalf_t, typename Traits::template warp_shape<kflash::bhalf_t, large, false>>();
   }
+}
+
+/// Calls f with a pointer of a small WarpAttentionShape type of storage H (one warp, tiles of 16
+/// keys, Dv up to 16) whose teams this space can run: 2 threads on host spaces with two or more
+/// (16 lanes each), 1 on one thread, a warp elsewhere.
+template <class H, class F>
+void with_small_warp_shape(F&& f) {
+  using kflash::impl::WarpAttentionShape;
+  constexpr bool host = kflash::impl::ScheduleTraits<AExec>::is_host;
+  if (AExec().concurrency() >= 2) f(static_cast<WarpAttentionShape<H, 1, 16, 16, host ? 16 : 1>*>(nullptr));
+  else f(static_cast<WarpAttentionShape<H, 1, 16, 16, 32>*>(nullptr));
 }
 
 TEST(TEST_CATEGORY, HalfAttentionTeamSchedule) {
@@ -352,7 +375,79 @@ TEST(TEST_CATEGORY, HalfAttentionTeamSchedule) {
     if (::testing::Test::HasFailure()) return;
     half_team_schedule_cases<kflash::half_t, Shape>();
   });
+  if (::testing::Test::HasFailure()) return;
+  with_small_warp_shape<kflash::bhalf_t>([](auto shape) {
+    half_team_schedule_cases<kflash::bhalf_t, std::remove_pointer_t<decltype(shape)>>();
+  });
+  with_small_warp_shape<kflash::half_t>([](auto shape) {
+    half_team_schedule_cases<kflash::half_t, std::remove_pointer_t<decltype(shape)>>();
+  });
   half_traits_shape_cases<AExec>();
+}
+
+/// warp_product against long double: one warp's block C (16 x 8, each lane's four values where
+/// WarpBlock places them) += A B^T over 32 of k in two calls, from A and B of H in team scratch whose
+/// rows are 40 and 48 elements apart. On CUDA devices of compute capability 8.0 and newer this
+/// checks the warp matrix instruction's layout of its operands and results; elsewhere the lanes'
+/// own sums. The lanes' values must cover the block once.
+template <class H>
+void warp_product_case() {
+  using kflash::impl::WarpBlock;
+  const int lda = 40, ldb = 48, depth = 32;
+  std::vector<float> a(16 * lda, 0.0f), b(8 * ldb, 0.0f);
+  const std::vector<ld> values = uniform_values<float>(16 * depth + 8 * depth, 131, -2, 2);
+  for (int i = 0; i < 16 * depth; ++i) a[i / depth * lda + i % depth] = round16<H>(float(values[i]));
+  for (int i = 0; i < 8 * depth; ++i) b[i / depth * ldb + i % depth] = round16<H>(float(values[16 * depth + i]));
+  Kokkos::View<H*, AMem> av("a", a.size()), bv("b", b.size());
+  auto ah = Kokkos::create_mirror_view(av);
+  auto bh = Kokkos::create_mirror_view(bv);
+  for (std::size_t i = 0; i < a.size(); ++i) ah(i) = kflash::impl::store_as<H>(a[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) bh(i) = kflash::impl::store_as<H>(b[i]);
+  Kokkos::deep_copy(av, ah);
+  Kokkos::deep_copy(bv, bh);
+  Kokkos::View<float**, AMem> out("out", WarpBlock::lanes, 4);
+  using Policy = Kokkos::TeamPolicy<AExec>;
+  const int team = kflash::impl::ScheduleTraits<AExec>::is_host ? 1 : WarpBlock::lanes;
+  const std::size_t bytes = (a.size() + b.size()) * sizeof(H) + 64;
+  Kokkos::parallel_for(
+      "warp_product", Policy(AExec(), 1, team).set_scratch_size(0, Kokkos::PerTeam(bytes)),
+      KOKKOS_LAMBDA(const typename Policy::member_type& m) {
+        H* as = static_cast<H*>(m.team_scratch(0).get_shmem_aligned(sizeof(H) * 16 * lda, 16));
+        H* bs = static_cast<H*>(m.team_scratch(0).get_shmem_aligned(sizeof(H) * 8 * ldb, 16));
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, 16 * lda), [&](int i) { as[i] = av(i); });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, 8 * ldb), [&](int i) { bs[i] = bv(i); });
+        m.team_barrier();
+        for (int lane = m.team_rank(); lane < WarpBlock::lanes; lane += m.team_size()) {
+          float c[4] = {0.5f, -0.25f, 1.0f, 0.0f};
+          for (int k = 0; k < depth; k += WarpBlock::depth)
+            kflash::impl::warp_product(c, as + k, lda, bs + k, ldb, lane);
+          for (int i = 0; i < 4; ++i) out(lane, i) = c[i];
+        }
+      });
+  const auto oh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  const ld init[4] = {0.5L, -0.25L, 1.0L, 0.0L};
+  std::vector<int> seen(WarpBlock::rows * WarpBlock::cols, 0);
+  for (int lane = 0; lane < WarpBlock::lanes; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int r = WarpBlock::row(lane, i), c = WarpBlock::col(lane, i);
+      ++seen[r * WarpBlock::cols + c];
+      ld ref = init[i], mag = std::fabs(init[i]);
+      for (int k = 0; k < depth; ++k) {
+        ref += ld(a[r * lda + k]) * ld(b[c * ldb + k]);
+        mag += std::fabs(ld(a[r * lda + k]) * ld(b[c * ldb + k]));
+      }
+      // The products are exact in fp32; each of the 33 sums rounds (or truncates) once.
+      EXPECT_LE(std::fabs(oh(lane, i) - ref), 2 * (depth + 1) * eps<float> * mag)
+          << name16<H>() << " warp_product lane " << lane << " value " << i << " (row " << r << ", column " << c << ")";
+    }
+  for (int rc = 0; rc < WarpBlock::rows * WarpBlock::cols; ++rc)
+    EXPECT_EQ(seen[rc], 1) << "warp_product: block value (" << rc / WarpBlock::cols << ", " << rc % WarpBlock::cols
+                           << ") held by " << seen[rc] << " lanes";
+}
+
+TEST(TEST_CATEGORY, HalfWarpProduct) {
+  warp_product_case<kflash::bhalf_t>();
+  warp_product_case<kflash::half_t>();
 }
 
 TEST(TEST_CATEGORY, HalfAttentionMerge) {

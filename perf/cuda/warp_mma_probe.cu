@@ -1,7 +1,8 @@
 // The warp-MMA probe: attention's forward on FlashAttention 2's structure through the tensor cores,
 // in plain CUDA outside kflash, to measure the rate a device schedule built on warp MMA can reach on
-// the GPU at hand before that schedule is written into the library (issue 36's next step, and the
-// inner product issue 38 asks for on devices). It is a measurement, not a kflash kernel.
+// the GPU at hand (fp32 through 3xTF32, which the library's schedules do not take yet; bf16 beside
+// the library's warp-product schedule, schedule/warp_attention.hpp). It is a measurement, not a
+// kflash kernel.
 //   fp32: 3xTF32 mma.sync m16n8k8, each operand split into a TF32 part and its remainder
 //         (hi*hi + hi*lo + lo*hi: about fp32's accuracy at three tensor-core products)
 //   bf16: mma.sync m16n8k16 on bf16 Q, K, V, fp32 accumulation, the weights P rounded to bf16

@@ -2,18 +2,20 @@
 // and the launch footprint of each device schedule that the static gates (tests/cuda/static_gates.py)
 // judge: threads and scratch bytes per team, one line each:
 //   <kernel family> <template arguments naming the shape> threads=<n> scratch=<bytes>
-// Attention's team shapes are printed at D = DV, the head dimension they are sized for (the backward's
-// two kernels, dq and dk/dv, share each of their shapes' footprint); the row
-// kernels' teams are those the device traits launch (the team tier's smallest team), the lane tier's
-// scratch at its longest row; the merge's team with its full chunk of parts.
+// Attention's team and warp shapes are printed at D = DV, the head dimension they are sized for (the
+// backward's two kernels, dq and dk/dv, share each of their shapes' footprint); the row kernels'
+// teams are those the device traits launch (the team tier's smallest team), the lane tier's scratch
+// at its longest row; the merge's team with its full chunk of parts.
 #include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
 #include <kflash/impl/schedule/team_backward_tiles.hpp>
+#include <kflash/impl/schedule/warp_attention.hpp>
 #include <kflash/impl/traits.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdio>
+#include <type_traits>
 
 namespace {
 
@@ -32,6 +34,16 @@ void print_attention() {
   std::printf("TeamAttentionKernel TeamAttentionShape<%s, %d, %d, %d, %d, %d, %d> threads=%d scratch=%zu\n",
               type_name<T>(), Shape::BQ, Shape::BK, Shape::TM, Shape::TN, Shape::DV, Shape::blocks,
               Shape::team_size, Scratch::bytes(DV));
+}
+
+/// The warp-product schedule's shapes, by storage: bf16 for kflash::bhalf_t, fp16 for kflash::half_t.
+template <class S, int DV>
+void print_warp_attention() {
+  using Shape = typename Traits::template warp_shape<S, DV, false>;
+  using Scratch = kflash::impl::WarpAttentionScratch<Shape>;
+  std::printf("WarpAttentionKernel WarpAttentionShape<%s, %d, %d, %d, %d> threads=%d scratch=%zu\n",
+              std::is_same<S, kflash::bhalf_t>::value ? "bf16" : "fp16", Shape::warps, Shape::BK, Shape::DV,
+              Shape::blocks, Shape::team_size, Scratch::bytes(DV));
 }
 
 template <class T, int DV>
@@ -69,5 +81,10 @@ int main() {
   std::printf("KOKKOS_VERSION %d\n", KOKKOS_VERSION);  // the expected failures may depend on it
   print_all<float>();
   print_all<double>();
+  for (auto print : {print_warp_attention<kflash::bhalf_t, Traits::team_dv_small>,
+                     print_warp_attention<kflash::bhalf_t, Traits::team_dv_large>,
+                     print_warp_attention<kflash::half_t, Traits::team_dv_small>,
+                     print_warp_attention<kflash::half_t, Traits::team_dv_large>})
+    print();
   return 0;
 }

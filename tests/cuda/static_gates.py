@@ -6,13 +6,15 @@ interface instantiates them for Kokkos::Cuda): registers and stack frame per ker
 --dump-resource-usage), spill instructions (STL/LDL) and the widest global load (the SASS of its
 cubins, by nvdisasm); and the threads and scratch bytes per team of each device shape from
 kflash_device_footprints. Then judges, for attention, its backward (the dq and the dk/dv kernel) and
-decode at fp32 D = 64 and 128 and at fp64 D = 64 and for the row kernels:
+decode at fp32 D = 64 and 128 and at fp64 D = 64, for attention's warp-product schedule of 16-bit
+storage at D = 64 and 128, and for the row kernels:
 
   spill      no local-memory store or load and no stack frame
   occupancy  at least 8 warps per SM on sm_80 and on sm_90, from registers, team threads and scratch
   ldg128     the widest global load is 128 bits (attention and decode: K/V staged by 16-byte loads;
              the backward: q, dout, K and V staged so;
              the team row kernel's chunk path: rows read by 16-byte loads)
+  hmma       the warp-product schedule's products are warp matrix instructions (HMMA in its SASS)
 
 A gate that fails must be listed in the expected-failures file (one "gate kernel key" per line,
 with the reason after a '#'), and a listed gate that passes must leave it, so the list always says
@@ -30,10 +32,13 @@ import subprocess
 import sys
 import tempfile
 
-GATED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv", "MergeKernel", "RowKernel", "LaneRowKernel",
-         "TeamRowKernel")
+GATED = ("TeamAttentionKernel", "WarpAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv", "MergeKernel",
+         "RowKernel", "LaneRowKernel", "TeamRowKernel")
 # The kernels on attention's team shapes (TeamAttentionShape<...> is their key).
 TEAM_SHAPED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv")
+# The kernel on the warp shapes (WarpAttentionShape<storage, warps, BK, DV, blocks> is its key, the storage
+# named bf16 or fp16 whatever type the build's Kokkos gives it).
+WARP_SHAPED = ("WarpAttentionKernel",)
 # (registers per SM, warps per SM, teams per SM, shared memory per SM, reserved per team) for the
 # architectures the gates hold on; a team's scratch beyond 48 KiB is never asked for by Kokkos.
 ARCHS = {"sm_80": (65536, 64, 32, 167936, 1024), "sm_90": (65536, 64, 32, 233472, 1024)}
@@ -59,7 +64,7 @@ def resource_usage(cuobjdump, binary):
 
 
 def sass_facts(cuobjdump, nvdisasm, binary, wanted):
-    """{mangled name: (spill instructions, widest global load in bits)} for the names in wanted.
+    """{mangled name: (spill instructions, widest global load in bits, HMMA instructions)} for the names in wanted.
 
     The cubins are extracted (cuobjdump -xelf) and disassembled by nvdisasm, one process per cubin
     side by side, each piped through grep for the lines read here (section starts, STL/LDL, LDG):
@@ -71,7 +76,7 @@ def sass_facts(cuobjdump, nvdisasm, binary, wanted):
         cubins = sorted(f for f in os.listdir(tmp) if f.endswith(".cubin"))
         if not cubins:
             sys.exit(f"static gates: no cubin in {binary}")
-        pattern = r"^\s*\.section\s|\b(STL|LDL)\b|LDG"
+        pattern = r"^\s*\.section\s|\b(STL|LDL)\b|LDG|HMMA"
         # pipefail: a failing nvdisasm fails the pipeline, and grep's "no line" (status 1) is allowed.
         script = f'set -o pipefail; "{nvdisasm}" "$1" | {{ grep -E "{pattern}" || [ $? -eq 1 ]; }}'
         with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
@@ -83,12 +88,14 @@ def sass_facts(cuobjdump, nvdisasm, binary, wanted):
                     if section or re.match(r"\s*\.section\s", line):  # not .sectionflags, .sectioninfo
                         name = section.group(1) if section and section.group(1) in wanted else None
                         if name:
-                            facts[name] = [0, 0]
+                            facts[name] = [0, 0, 0]
                         continue
                     if name is None or "/*" not in line:
                         continue
                     if re.search(r"\b(STL|LDL)\b", line):
                         facts[name][0] += 1
+                    if re.search(r"\bHMMA\b", line):
+                        facts[name][2] += 1
                     m = re.search(r"\bLDG\.E((?:\.[A-Z0-9]+)*)", line)
                     if m:
                         width = 32
@@ -148,6 +155,10 @@ def key_of(kernel, demangled):
     shape = re.search(r"TeamAttentionShape<[^>]*>", demangled)
     if shape:
         return shape.group(0)
+    warp = re.search(r"WarpAttentionShape<(.+?), (\d+), (\d+), (\d+), (\d+)>", demangled)
+    if warp:
+        storage = "bf16" if re.search(r"bhalf|bfloat", warp.group(1), re.I) else "fp16"
+        return f"WarpAttentionShape<{storage}, {', '.join(warp.groups()[1:])}>"
     key = "double" if "double" in demangled else "float"
     # The team row kernel's two access paths (its last template argument): 16-byte chunks, elements.
     if kernel == "TeamRowKernel" and re.search(r"RowOp\)\d, \d+, true>", demangled):
@@ -160,6 +171,8 @@ def role(kernel, key):
         return "attention backward"
     if kernel == "TeamAttentionKernel":
         return "decode" if re.match(r"TeamAttentionShape<\w+, 8,", key) else "attention"
+    if kernel in WARP_SHAPED:
+        return "attention 16-bit"
     return "decode merge" if kernel == "MergeKernel" else "rows"
 
 
@@ -167,7 +180,7 @@ def judged(kernel, key):
     """Attention, its backward and decode at fp32 D = 64, 128 and fp64 D = 64; merges and rows at both
     types."""
     if kernel not in TEAM_SHAPED:
-        return True
+        return True  # the warp shapes are all 16-bit and at D = 64 and 128
     dv = int(re.search(r"(\d+), \d+>$", key).group(1))
     return "float" in key or dv == 64
 
@@ -200,8 +213,9 @@ def main():
             continue
         regs = max(usage[n][0] for n in members)
         stack = max(usage[n][1] for n in members)
-        spills = max(sass.get(n, (0, 0))[0] for n in members)
-        widest = min(sass.get(n, (0, 0))[1] for n in members)
+        spills = max(sass.get(n, (0, 0, 0))[0] for n in members)
+        widest = min(sass.get(n, (0, 0, 0))[1] for n in members)
+        hmma = min(sass.get(n, (0, 0, 0))[2] for n in members)
         threads, scratch = feet.get((kernel, key.removesuffix(BY_CHUNKS)), (0, 0))
         occupancy = {a: warps_per_sm(a, regs, threads, scratch) for a in ARCHS} if threads else {}
         gates = {"spill": spills == 0 and stack == 0}
@@ -209,8 +223,10 @@ def main():
             gates["occupancy"] = all(w >= MIN_WARPS for w in occupancy.values())
         else:
             failures.append(f"{kernel} {key}: no footprint from kflash_device_footprints")
-        if kernel in TEAM_SHAPED or key.endswith(BY_CHUNKS):
+        if kernel in TEAM_SHAPED + WARP_SHAPED or key.endswith(BY_CHUNKS):
             gates["ldg128"] = widest >= 128
+        if kernel in WARP_SHAPED:
+            gates["hmma"] = hmma > 0
         for gate, ok in gates.items():
             listed = (gate, kernel, key) in expected
             seen.add((gate, kernel, key))

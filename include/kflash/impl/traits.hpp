@@ -30,6 +30,23 @@ struct TeamAttentionShape {
                 "kflash: a team attention shape must tile its block, its tile and its output evenly");
 };
 
+/// The blocking of attention's warp-product schedule for 16-bit storage S (schedule/warp_attention.hpp):
+/// a team of Warps warps owns BQ = 16 Warps query rows, 16 a warp, against tiles of BK keys, Dv <= DV.
+/// Each warp's scores (16 x BK) and running output (16 x DV) stay in its lanes' registers, as
+/// WarpBlock lays out blocks of 16 x 8. A team of fewer threads than the warps' lanes (host teams)
+/// gives each thread `Blocks` of them.
+template <class S, int Warps_, int BK_, int DV_, int Blocks_ = 1>
+struct WarpAttentionShape {
+  using storage_type = S;
+  using value_type = float;
+  static constexpr int warps = Warps_, BQ = 16 * Warps_, BK = BK_, DV = DV_;
+  static constexpr int threads = 32 * Warps_;
+  static constexpr int blocks = Blocks_;
+  static constexpr int team_size = threads / blocks;
+  static_assert(BK % 16 == 0 && DV % 16 == 0 && threads % blocks == 0,
+                "kflash: a warp attention shape takes tiles and outputs of whole 16-wide blocks");
+};
+
 /// Knobs both kinds of space have.
 struct CommonTraits {
   /// Work items (teams) wanted per unit of concurrency before rows or keys are split.
@@ -136,6 +153,8 @@ struct HostTraits : CommonTraits {
   /// No team schedule on hosts: attention's blocks take the host tile kernel.
   template <class T, int DV, bool Narrow>
   using team_shape = void;
+  template <class S, int DV, bool Narrow>
+  using warp_shape = void;
   template <class T, int DV>
   using backward_shape = void;
 };
@@ -200,6 +219,15 @@ struct DeviceTraits : CommonTraits {
                                             TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
   /// The output widths team_shape exists for.
   static constexpr int team_dv_small = 64, team_dv_large = 128;
+  /// 16-bit storage S takes the warp-product schedule instead (FlashAttention 2's structure on the
+  /// warp matrix instructions), but for Narrow blocks: a block of 16 rows a warp would leave half of
+  /// a decoding head's rows empty. Teams of 4 warps; tiles of 32 keys at Dv <= 64, 16 at Dv <= 128,
+  /// so that Q, the tile's K, V and weights (26-33 KiB at D = DV) fit the level-0 scratch and the
+  /// registers (running output, scores, the next tile's K/V chunks) leave 8 warps an SM without
+  /// spilling (tests/cuda/static_gates.py checks it; 2 warps on 32 keys at Dv = 128 spilled).
+  template <class S, int DV, bool Narrow>
+  using warp_shape = std::conditional_t<is_half_type<S> && !Narrow, WarpAttentionShape<S, 4, DV == 64 ? 32 : 16, DV>,
+                                        void>;
   /// attention_backward's team shapes (schedule/team_attention_backward.hpp) by value type and the
   /// wider of D and Dv (<= team_dv_small, <= team_dv_large): q and dout of BQ rows, K and V of BK
   /// keys, P and dS of a block pair, all in a team's level-0 scratch (30-38 KiB). Teams of 4 warps

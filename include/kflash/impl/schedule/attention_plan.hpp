@@ -63,7 +63,7 @@ AttentionPlan plan_splits(const ExecSpace& exec, AttentionPlan p) {
 }
 
 /// The block shape of a schedule: Shape = void for the per-row schedules (AttentionKernel, the host
-/// kernels), else a TeamAttentionShape.
+/// kernels), else a TeamAttentionShape or a WarpAttentionShape.
 template <class Traits, class Shape>
 AttentionPlan with_shape(AttentionPlan p) {
   if constexpr (std::is_void<Shape>::value) {
@@ -78,20 +78,26 @@ AttentionPlan with_shape(AttentionPlan p) {
   return p;
 }
 
-/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones). S:
-/// the storage type; the shape is that of the arithmetic type (16-bit storage: float's, its tiles
-/// staged widened).
+/// The shape of the schedule for storage S at output width DV: the traits' warp shape where they
+/// have one (16-bit storage), else their team shape of S's arithmetic type (16-bit storage: float's,
+/// its tiles staged widened).
+template <class Traits, class S, int DV, bool Narrow>
+using shape_of = std::conditional_t<std::is_void<typename Traits::template warp_shape<S, DV, Narrow>>::value,
+                                    typename Traits::template team_shape<arith_t<S>, DV, Narrow>,
+                                    typename Traits::template warp_shape<S, DV, Narrow>>;
+
+/// Calls f with a pointer of the schedule's shape type for plan p (void* for the per-row ones), S
+/// the storage type (shape_of).
 template <class S, class Traits, class F>
 void with_team_shape(const AttentionPlan& p, F&& f) {
   if constexpr (Traits::host_kernels) {
     f(static_cast<void*>(nullptr));
   } else {
-    using T = arith_t<S>;
     constexpr int small = Traits::team_dv_small, large = Traits::team_dv_large;
-    using Small = typename Traits::template team_shape<T, small, false>;
-    using SmallNarrow = typename Traits::template team_shape<T, small, true>;
-    using Large = typename Traits::template team_shape<T, large, false>;
-    using LargeNarrow = typename Traits::template team_shape<T, large, true>;
+    using Small = shape_of<Traits, S, small, false>;
+    using SmallNarrow = shape_of<Traits, S, small, true>;
+    using Large = shape_of<Traits, S, large, false>;
+    using LargeNarrow = shape_of<Traits, S, large, true>;
     if (p.team_dv == small && p.team_narrow) f(static_cast<SmallNarrow*>(nullptr));
     else if (p.team_dv == small) f(static_cast<Small*>(nullptr));
     else if (p.team_dv == large && p.team_narrow) f(static_cast<LargeNarrow*>(nullptr));

@@ -1,6 +1,6 @@
-// The K/V tiles of attention's device schedules (team_attention.hpp) as a team's threads carry them
-// from global memory to scratch by 16-byte chunks: loaded into registers while the team computes the
-// tile before, stored where each schedule keeps its tiles after.
+// The K/V tiles of attention's device schedules (team_attention.hpp, warp_attention.hpp) as a team's
+// threads carry them from global memory to scratch by 16-byte chunks: loaded into registers while
+// the team computes the tile before, stored where each schedule keeps its tiles after.
 #pragma once
 
 #include <kflash/impl/compat.hpp>

@@ -1,6 +1,7 @@
 // Picks attention's schedule for an execution space: on spaces whose traits have host kernels, the
-// host schedule (host/host_attention.hpp); elsewhere the team schedule of the traits' team shape
-// for the call's Dv (schedule/team_attention.hpp), else the per-row schedule
+// host schedule (host/host_attention.hpp); elsewhere the traits' schedule for the call's storage and
+// Dv: the warp-product schedule of 16-bit storage (schedule/warp_attention.hpp), the team schedule
+// (schedule/team_attention.hpp), else the per-row schedule
 // (schedule/attention_kernel.hpp). Split-K/V calls run partial results, then their merge.
 #pragma once
 
@@ -9,20 +10,24 @@
 #include <kflash/impl/schedule/block_mask.hpp>
 #include <kflash/impl/schedule/merge_attention.hpp>
 #include <kflash/impl/schedule/team_attention.hpp>
+#include <kflash/impl/schedule/warp_attention.hpp>
 #include <kflash/impl/workspace.hpp>
 
 #include <type_traits>
 
 namespace kflash::impl {
 
-/// The kernel of a schedule: Shape = void for the per-row schedules, else a TeamAttentionShape.
+/// The kernel of a schedule: Shape = void for the per-row schedules, else a WarpAttentionShape or a
+/// TeamAttentionShape.
 template <class Traits, class Shape, class ExecSpace, class Stage, class QV, class KV, class VV, class OV, class LV,
           bool Partial>
 using AttentionKernelOf = std::conditional_t<
-    !std::is_void<Shape>::value, TeamAttentionKernel<ExecSpace, Shape, Stage, QV, KV, VV, OV, LV, Partial>,
-    std::conditional_t<Traits::host_kernels,
-                       host::HostAttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>,
-                       AttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>>>;
+    is_warp_shape<Shape>, WarpAttentionKernel<ExecSpace, Shape, Stage, QV, KV, VV, OV, LV, Partial>,
+    std::conditional_t<
+        !std::is_void<Shape>::value, TeamAttentionKernel<ExecSpace, Shape, Stage, QV, KV, VV, OV, LV, Partial>,
+        std::conditional_t<Traits::host_kernels,
+                           host::HostAttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>,
+                           AttentionKernel<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>>>>;
 
 /// What a call adds to q, k, v: the scale, the score stage, the sinks and the block mask.
 template <class T, class Stage>
@@ -157,8 +162,8 @@ void dispatch_attention(const ExecSpace& exec, AttentionPlan p, const Terms& ter
   });
 }
 
-/// The same through the team schedule of the given TeamAttentionShape, whatever the traits choose
-/// (the tests run it on host teams).
+/// The same through the schedule of the given TeamAttentionShape or WarpAttentionShape, whatever the
+/// traits choose (the tests run it on host teams).
 template <class Shape, class ExecSpace, class Terms, class Seq, class QV, class KV, class VV, class OV, class LV>
 void run_attention_with_shape(const ExecSpace& exec, AttentionPlan p, const Terms& terms, const Seq& seq,
                               const QV& q, const KV& k, const VV& v, const OV& o, const LV& lse, bool has_lse) {
