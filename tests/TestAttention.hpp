@@ -201,13 +201,21 @@ TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
   using T = TypeParam;
   using kflash::impl::TeamAttentionShape;
   with_small_team_shape<T>([](auto shape) { team_schedule_cases<T, std::remove_pointer_t<decltype(shape)>>(); });
-  // The traits' own shapes, whatever space this is.
+  // fp32: the warp-product schedule too (on host teams each lane's own sums; on CUDA 3xTF32).
+  if constexpr (std::is_same<T, float>::value) {
+    with_small_warp_shape<T>([](auto shape) { team_schedule_cases<T, std::remove_pointer_t<decltype(shape)>>(); });
+  }
+  // The traits' own shapes, whatever space this is: fp32's warp shapes where the traits give them.
   using traits = kflash::impl::ScheduleTraits<AExec>;
   if constexpr (!traits::host_kernels) {
     team_schedule_cases<T, typename traits::template team_shape<T, 64, false>>();
     team_schedule_cases<T, typename traits::template team_shape<T, 128, false>>();
     team_schedule_cases<T, typename traits::template team_shape<T, 64, true>>();
     team_schedule_cases<T, typename traits::template team_shape<T, 128, true>>();
+    using Warp64 = typename traits::template warp_shape<T, 64, false>;
+    using Warp128 = typename traits::template warp_shape<T, 128, false>;
+    if constexpr (kflash::impl::is_warp_shape<Warp64>) team_schedule_cases<T, Warp64>();
+    if constexpr (kflash::impl::is_warp_shape<Warp128>) team_schedule_cases<T, Warp128>();
   }
   using Shape = TeamAttentionShape<T, 8, 8, 2, 4, 16, 8>;
   const AttnShape wide{1, 1, 1, 4, 4, 8, 17};

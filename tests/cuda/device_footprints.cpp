@@ -27,8 +27,10 @@ const char* type_name() {
   return sizeof(T) == 4 ? "float" : "double";
 }
 
+/// The team shapes attention takes (where the traits give no warp shape).
 template <class T, int DV, bool Narrow>
 void print_attention() {
+  if constexpr (!std::is_void<typename Traits::template warp_shape<T, DV, Narrow>>::value) return;
   using Shape = typename Traits::template team_shape<T, DV, Narrow>;
   using Scratch = kflash::impl::TeamAttentionScratch<Exec, Shape>;
   std::printf("TeamAttentionKernel TeamAttentionShape<%s, %d, %d, %d, %d, %d, %d> threads=%d scratch=%zu\n",
@@ -36,13 +38,14 @@ void print_attention() {
               Shape::team_size, Scratch::bytes(DV));
 }
 
-/// The warp-product schedule's shapes, by storage: bf16 for kflash::bhalf_t, fp16 for kflash::half_t.
+/// The warp-product schedule's shapes, by storage: float, bf16 for kflash::bhalf_t, fp16 for kflash::half_t.
 template <class S, int DV>
 void print_warp_attention() {
   using Shape = typename Traits::template warp_shape<S, DV, false>;
   using Scratch = kflash::impl::WarpAttentionScratch<Shape>;
   std::printf("WarpAttentionKernel WarpAttentionShape<%s, %d, %d, %d, %d> threads=%d scratch=%zu\n",
-              std::is_same<S, kflash::bhalf_t>::value ? "bf16" : "fp16", Shape::warps, Shape::BK, Shape::DV,
+              std::is_same<S, float>::value ? "float" : std::is_same<S, kflash::bhalf_t>::value ? "bf16" : "fp16",
+              Shape::warps, Shape::BK, Shape::DV,
               Shape::blocks, Shape::team_size, Scratch::bytes(DV));
 }
 
@@ -81,7 +84,8 @@ int main() {
   std::printf("KOKKOS_VERSION %d\n", KOKKOS_VERSION);  // the expected failures may depend on it
   print_all<float>();
   print_all<double>();
-  for (auto print : {print_warp_attention<kflash::bhalf_t, Traits::team_dv_small>,
+  for (auto print : {print_warp_attention<float, Traits::team_dv_small>,
+                     print_warp_attention<kflash::bhalf_t, Traits::team_dv_small>,
                      print_warp_attention<kflash::bhalf_t, Traits::team_dv_large>,
                      print_warp_attention<kflash::half_t, Traits::team_dv_small>,
                      print_warp_attention<kflash::half_t, Traits::team_dv_large>})

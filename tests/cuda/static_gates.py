@@ -6,8 +6,8 @@ interface instantiates them for Kokkos::Cuda): registers and stack frame per ker
 --dump-resource-usage), spill instructions (STL/LDL) and the widest global load (the SASS of its
 cubins, by nvdisasm); and the threads and scratch bytes per team of each device shape from
 kflash_device_footprints. Then judges, for attention, its backward (the dq and the dk/dv kernel) and
-decode at fp32 D = 64 and 128 and at fp64 D = 64, for attention's warp-product schedule of 16-bit
-storage at D = 64 and 128, and for the row kernels:
+decode at fp32 D = 64 and 128 and at fp64 D = 64, for attention's warp-product schedule (fp32 and
+16-bit storage) at D = 64 and 128, and for the row kernels:
 
   spill      no local-memory store or load and no stack frame
   occupancy  at least 8 warps per SM on sm_80 and on sm_90, from registers, team threads and scratch
@@ -37,7 +37,7 @@ GATED = ("TeamAttentionKernel", "WarpAttentionKernel", "TeamBackwardDq", "TeamBa
 # The kernels on attention's team shapes (TeamAttentionShape<...> is their key).
 TEAM_SHAPED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv")
 # The kernel on the warp shapes (WarpAttentionShape<storage, warps, BK, DV, blocks> is its key, the storage
-# named bf16 or fp16 whatever type the build's Kokkos gives it).
+# named float, or bf16 or fp16 whatever type the build's Kokkos gives them).
 WARP_SHAPED = ("WarpAttentionKernel",)
 # (registers per SM, warps per SM, teams per SM, shared memory per SM, reserved per team) for the
 # architectures the gates hold on; a team's scratch beyond 48 KiB is never asked for by Kokkos.
@@ -157,7 +157,9 @@ def key_of(kernel, demangled):
         return shape.group(0)
     warp = re.search(r"WarpAttentionShape<(.+?), (\d+), (\d+), (\d+), (\d+)>", demangled)
     if warp:
-        storage = "bf16" if re.search(r"bhalf|bfloat", warp.group(1), re.I) else "fp16"
+        storage = warp.group(1).strip()
+        if storage != "float":
+            storage = "bf16" if re.search(r"bhalf|bfloat", storage, re.I) else "fp16"
         return f"WarpAttentionShape<{storage}, {', '.join(warp.groups()[1:])}>"
     key = "double" if "double" in demangled else "float"
     # The team row kernel's two access paths (its last template argument): 16-byte chunks, elements.
@@ -172,7 +174,7 @@ def role(kernel, key):
     if kernel == "TeamAttentionKernel":
         return "decode" if re.match(r"TeamAttentionShape<\w+, 8,", key) else "attention"
     if kernel in WARP_SHAPED:
-        return "attention 16-bit"
+        return "attention" if "<float," in key else "attention 16-bit"
     return "decode merge" if kernel == "MergeKernel" else "rows"
 
 
@@ -180,7 +182,7 @@ def judged(kernel, key):
     """Attention, its backward and decode at fp32 D = 64, 128 and fp64 D = 64; merges and rows at both
     types."""
     if kernel not in TEAM_SHAPED:
-        return True  # the warp shapes are all 16-bit and at D = 64 and 128
+        return True  # the warp shapes are all fp32 or 16-bit, and at D = 64 and 128
     dv = int(re.search(r"(\d+), \d+>$", key).group(1))
     return "float" in key or dv == 64
 

@@ -30,7 +30,7 @@ struct TeamAttentionShape {
                 "kflash: a team attention shape must tile its block, its tile and its output evenly");
 };
 
-/// The blocking of attention's warp-product schedule for 16-bit storage S (schedule/warp_attention.hpp):
+/// The blocking of attention's warp-product schedule for storage S, 16-bit or fp32 (schedule/warp_attention.hpp):
 /// a team of Warps warps owns BQ = 16 Warps query rows, 16 a warp, against tiles of BK keys, Dv <= DV.
 /// Each warp's scores (16 x BK) and running output (16 x DV) stay in its lanes' registers, as
 /// WarpBlock lays out blocks of 16 x 8. A team of fewer threads than the warps' lanes (host teams)
@@ -219,15 +219,20 @@ struct DeviceTraits : CommonTraits {
                                             TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
   /// The output widths team_shape exists for.
   static constexpr int team_dv_small = 64, team_dv_large = 128;
-  /// 16-bit storage S takes the warp-product schedule instead (FlashAttention 2's structure on the
-  /// warp matrix instructions), but for Narrow blocks: a block of 16 rows a warp would leave half of
-  /// a decoding head's rows empty. Teams of 4 warps; tiles of 32 keys at Dv <= 64, 16 at Dv <= 128,
-  /// so that Q, the tile's K, V and weights (26-33 KiB at D = DV) fit the level-0 scratch and the
-  /// registers (running output, scores, the next tile's K/V chunks) leave 8 warps an SM without
-  /// spilling (tests/cuda/static_gates.py checks it; 2 warps on 32 keys at Dv = 128 spilled).
+  /// 16-bit storage S at Dv <= 128 and fp32 at Dv <= 64 take the warp-product schedule instead
+  /// (FlashAttention 2's structure on the warp matrix instructions; fp32 as 3xTF32), but for Narrow
+  /// blocks: a block of 16 rows a warp would leave half of a decoding head's rows empty. Teams of 4
+  /// warps; 16-bit tiles of 32 keys at Dv <= 64, 16 at Dv <= 128, fp32's of 16 keys: Q, the tile's
+  /// K, V and weights fit the level-0 scratch (26-34 KiB at D = DV) and the registers (running
+  /// output, scores, the next tile's K/V chunks) leave 8 warps an SM without spilling
+  /// (tests/cuda/static_gates.py checks it). 16-bit in 2 warps on 32 keys at Dv = 128 spilled, as did
+  /// fp32 at Dv = 128 in 2 warps (4 would need 60 KiB of scratch): fp32 keeps the team schedule there.
   template <class S, int DV, bool Narrow>
-  using warp_shape = std::conditional_t<is_half_type<S> && !Narrow, WarpAttentionShape<S, 4, DV == 64 ? 32 : 16, DV>,
-                                        void>;
+  using warp_shape = std::conditional_t<
+      Narrow, void,
+      std::conditional_t<is_half_type<S>, WarpAttentionShape<S, 4, DV == 64 ? 32 : 16, DV>,
+                         std::conditional_t<std::is_same<S, float>::value && DV == 64,
+                                            WarpAttentionShape<S, 4, 16, DV>, void>>>;
   /// attention_backward's team shapes (schedule/team_attention_backward.hpp) by value type and the
   /// wider of D and Dv (<= team_dv_small, <= team_dv_large): q and dout of BQ rows, K and V of BK
   /// keys, P and dS of a block pair, all in a team's level-0 scratch (30-38 KiB). Teams of 4 warps

@@ -79,7 +79,7 @@ AttentionPlan with_shape(AttentionPlan p) {
 }
 
 /// The shape of the schedule for storage S at output width DV: the traits' warp shape where they
-/// have one (16-bit storage), else their team shape of S's arithmetic type (16-bit storage: float's,
+/// have one (16-bit and fp32 storage), else their team shape of S's arithmetic type (16-bit storage: float's,
 /// its tiles staged widened).
 template <class Traits, class S, int DV, bool Narrow>
 using shape_of = std::conditional_t<std::is_void<typename Traits::template warp_shape<S, DV, Narrow>>::value,

@@ -1,10 +1,10 @@
-// Attention's warp-product schedule for 16-bit storage on devices, on FlashAttention 2's forward
-// structure: a team of warps owns a block of query rows, 16 a warp; each K/V tile is staged once per
+// Attention's warp-product schedule for 16-bit and fp32 storage on devices, on FlashAttention 2's
+// forward structure: a team of warps owns a block of query rows, 16 a warp; each K/V tile is staged once per
 // team in scratch as stored (V transposed, so that both products read their operands along k), the
 // next tile's K/V loaded into registers by 16-byte chunks while the team computes the current one;
 // both products go through warp_product (tile/warp_product.hpp: the tensor cores on CUDA). A warp's
 // scores and running output stay in its lanes' registers in WarpBlock's layout; its weights go
-// through scratch, rounded to the storage type, as the second product's operand.
+// through scratch, stored as the storage type (16-bit: rounded), as the second product's operand.
 #pragma once
 
 #include <kflash/impl/schedule/attention_plan.hpp>
@@ -17,18 +17,21 @@ namespace kflash::impl {
 
 /// The team scratch of WarpAttentionKernel with Shape at head dimension D (also read by
 /// tests/cuda/device_footprints.cpp): Q (BQ x D), the tile's K (BK x D) and V transposed (DV x BK),
-/// the weights (BQ x BK), all 16-bit, each row padded with zeros to whole products' depth and then
-/// 8 elements more, so that the lanes' pairs of a fragment lie on distinct banks; then the rows'
-/// partial maxima and sums, one per lane of a row's 4 (floats).
+/// the weights (BQ x BK), all of the storage type, each row padded with zeros to whole products'
+/// depth and then 16 bytes more, so that the 32-bit words a fragment's lanes read (16-bit pairs or
+/// fp32 values) lie on distinct banks; then the rows' partial maxima and sums, one per lane of a
+/// row's 4 (floats).
 template <class Shape>
 struct WarpAttentionScratch {
   using S = typename Shape::storage_type;
   static constexpr index_t depth = WarpBlock::depth;
+  /// The 16 bytes of padding after each row, in elements.
+  static constexpr index_t pad = 16 / index_t(sizeof(S));
   /// D rounded up to the product's depth.
   KOKKOS_INLINE_FUNCTION static constexpr index_t padded(index_t D) { return (D + depth - 1) / depth * depth; }
   /// The leading dimensions of Q's and K's rows, and of V's transposed rows and the weights' rows.
-  KOKKOS_INLINE_FUNCTION static constexpr index_t ld_qk(index_t D) { return padded(D) + 8; }
-  static constexpr index_t ld_keys = Shape::BK + 8;
+  KOKKOS_INLINE_FUNCTION static constexpr index_t ld_qk(index_t D) { return padded(D) + pad; }
+  static constexpr index_t ld_keys = Shape::BK + pad;
 
   /// Byte offsets in the block, each 16-byte aligned.
   struct Layout {
@@ -56,10 +59,10 @@ inline constexpr bool is_warp_shape = false;
 template <class S, int Warps, int BK, int DV, int Blocks>
 inline constexpr bool is_warp_shape<WarpAttentionShape<S, Warps, BK, DV, Blocks>> = true;
 
-/// Attention over blocks of 16-bit q, k, v by warp products (see WarpAttentionShape). Per K/V tile:
+/// Attention over blocks of 16-bit or fp32 q, k, v by warp products (see WarpAttentionShape). Per K/V tile:
 /// stage K and V; each warp's scores S = Q K^T, scaled and masked, and each row's maximum over its
 /// lane's keys; the weights exp(s - m) against m, the larger of the row's running maximum and the
-/// tile's, rounded to S, and their sums over the lane's keys; each row's state absorbs the tile's
+/// tile's, stored as S (16-bit: rounded), and their sums over the lane's keys; each row's state absorbs the tile's
 /// (the monoid merge, its factor fa rescaling O); O += P V.
 ///
 /// Thread id is lane id % 32 of warp id / 32 (on CUDA the hardware's warps: a team's threads are
@@ -69,7 +72,7 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   using Base = AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, OV, LV, Partial>;
   using typename Base::S, typename Base::T, typename Base::member_type;
   static_assert(std::is_same<typename Shape::storage_type, S>::value && std::is_same<T, float>::value,
-                "kflash: the warp shape is not of the views' 16-bit storage type");
+                "kflash: the warp shape is not of the views' storage type");
 
   using Scratch = WarpAttentionScratch<Shape>;
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, DV = Shape::DV, blocks = Shape::blocks;
@@ -207,9 +210,9 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       }
       team.team_barrier();
 
-      // Weights against the larger of each row's running maximum and the tile's, rounded once to
-      // S (what the second product takes), and their sums over this lane's keys, taken before the
-      // rounding (l and the lse are fp32's).
+      // Weights against the larger of each row's running maximum and the tile's, stored as S (what
+      // the second product takes; 16-bit S: rounded once), and their sums over this lane's keys,
+      // taken before any rounding (l and the lse are fp32's).
       KFLASH_IMPL_UNROLL for (int bb = 0; bb < blocks; ++bb) {
         const int id = rank + bb * nt, lane = lane_of(id);
         KFLASH_IMPL_UNROLL for (int h = 0; h < 2; ++h) {
