@@ -224,7 +224,7 @@ struct DeviceTraits : CommonTraits {
   /// blocks: a block of 16 rows a warp would leave half of a decoding head's rows empty. Teams of 4
   /// warps; 16-bit tiles of 32 keys at Dv <= 64, 16 at Dv <= 128, fp32's of 16 keys: Q, the tile's
   /// K, V and weights fit the level-0 scratch (26-34 KiB at D = DV) and the registers (running
-  /// output, scores, the next tile's K/V chunks) leave 8 warps an SM without spilling
+  /// output, scores, one tile's K or V chunks) leave 8 warps an SM without spilling
   /// (tests/cuda/static_gates.py checks it). 16-bit in 2 warps on 32 keys at Dv = 128 spilled, as did
   /// fp32 at Dv = 128 in 2 warps (4 would need 60 KiB of scratch): fp32 keeps the team schedule there.
   template <class S, int DV, bool Narrow>

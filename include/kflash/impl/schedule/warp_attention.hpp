@@ -1,7 +1,8 @@
 // Attention's warp-product schedule for 16-bit and fp32 storage on devices, on FlashAttention 2's
 // forward structure: a team of warps owns a block of query rows, 16 a warp; each K/V tile is staged once per
-// team in scratch as stored (V transposed, so that both products read their operands along k), the
-// next tile's K/V loaded into registers by 16-byte chunks while the team computes the current one;
+// team in scratch as stored (V transposed, so that both products read their operands along k), loaded
+// into registers by 16-byte chunks while the team computes: a tile's V during its scores, the next
+// tile's K during its P V;
 // both products go through warp_product (tile/warp_product.hpp: the tensor cores on CUDA). A warp's
 // scores and running output stay in its lanes' registers in WarpBlock's layout; its weights go
 // through scratch, stored as the storage type (16-bit: rounded), as the second product's operand.
@@ -85,25 +86,36 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// Whether every K row (D elements) and V row (Dv) is whole chunks, aligned (rows_in_chunks).
   bool chunked_kv = false;
 
-  /// One tile's K and V chunks as a thread holds them between their loads and their stores.
-  using TileChunks = KVTileChunks<S, BK, DV, Shape::team_size>;
-  /// Whether the tiles are prefetched into TileChunks: chunked K/V rows of D <= DV.
+  /// One tile's K or V chunks as a thread holds them between their loads and their stores: K's of
+  /// the next tile while the team computes P V, V's of this tile while it computes the scores (FlashAttention
+  /// 2's order), so that a thread holds one matrix's chunks at a time.
+  using Chunks = TileChunks<S, BK, DV, Shape::team_size>;
+  /// Whether the tiles are prefetched into Chunks: chunked K/V rows of D <= DV.
   KOKKOS_INLINE_FUNCTION bool prefetched() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
 
-  /// The tile from t0 into c (TileChunks::load).
-  KOKKOS_INLINE_FUNCTION void load_tile(const member_type& team, const typename Base::Block& w, index_t t0,
-                                        TileChunks& c) const {
-    c.load(team.team_rank(), team.team_size(), this->k, this->v, w.b, w.hk, t0, int(this->keys_at(w, t0, BK)),
-           int(this->p.D), int(this->p.Dv));
+  /// The tile's K from t0 into c (TileChunks::load): rows of D elements.
+  KOKKOS_INLINE_FUNCTION void load_k(const member_type& team, const typename Base::Block& w, index_t t0,
+                                     Chunks& c) const {
+    const int D = int(this->p.D);
+    c.load(team.team_rank(), team.team_size(), this->k, w.b, w.hk, t0, int(this->keys_at(w, t0, BK)), D / W, D);
   }
-  /// Stores the chunks TileChunks::load gave c as they are: K's rows into ks, V's columns into vt's rows.
-  KOKKOS_INLINE_FUNCTION void store_tile(const member_type& team, const TileChunks& c, S* ks, S* vt) const {
+  /// The tile's V from t0 into c: rows of Dv elements, laid out DV apart.
+  KOKKOS_INLINE_FUNCTION void load_v(const member_type& team, const typename Base::Block& w, index_t t0,
+                                     Chunks& c) const {
+    c.load(team.team_rank(), team.team_size(), this->v, w.b, w.hk, t0, int(this->keys_at(w, t0, BK)), DV / W,
+           int(this->p.Dv));
+  }
+  /// Stores the K chunks load_k gave c as they are, into ks's rows.
+  KOKKOS_INLINE_FUNCTION void store_k(const member_type& team, const Chunks& c, S* ks) const {
     const int ld = int(Scratch::ld_qk(this->p.D));
-    c.store(team.team_rank(), team.team_size(), int(this->p.D),
-            [&](int j, int d, const Chunk<S>& x) { store_chunk(ks + j * ld + d, x); },
-            [&](int j, int d, const Chunk<S>& x) {
-              KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) vt[(d + e) * Scratch::ld_keys + j] = x.x[e];
-            });
+    c.store(team.team_rank(), team.team_size(), int(this->p.D) / W,
+            [&](int j, int d, const Chunk<S>& x) { store_chunk(ks + j * ld + d, x); });
+  }
+  /// Stores the V chunks load_v gave c as they are, V's columns into vt's rows.
+  KOKKOS_INLINE_FUNCTION void store_v(const member_type& team, const Chunks& c, S* vt) const {
+    c.store(team.team_rank(), team.team_size(), DV / W, [&](int j, int d, const Chunk<S>& x) {
+      KFLASH_IMPL_UNROLL for (int e = 0; e < W; ++e) vt[(d + e) * Scratch::ld_keys + j] = x.x[e];
+    });
   }
   /// The tile of nk keys from t0 into scratch element by element (rows not in chunks, or D > DV):
   /// K zero past D and V zero past Dv (to the padded widths), both zero past the tile's keys.
@@ -169,18 +181,23 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const auto lane_of = [](int id) { return id % WarpBlock::lanes; };
     const auto row_at = [&](int id, int h) { return warp_row(id) + WarpBlock::row(lane_of(id), 2 * h); };
 
+    // Prefetched tiles: this tile's V is loaded before its scores and stored after its weights,
+    // the next tile's K loaded before this tile's P V and stored after it.
     const bool prefetch = prefetched();
-    TileChunks next{};
+    Chunks chunks{};
     index_t t0 = this->next_tile(w, w.kb, BK);
-    if (prefetch && t0 < w.ke) load_tile(team, w, t0, next);
+    if (prefetch && t0 < w.ke) load_k(team, w, t0, chunks);
     while (t0 < w.ke) {
       const index_t nk = this->keys_at(w, t0, BK);
       team.team_barrier();  // the previous tile is no longer read (nor the zeros above unwritten)
-      if (prefetch) store_tile(team, next, ks, vt);
-      else stage_tile(team, w, t0, int(nk), ks, vt);
+      if (prefetch) {
+        store_k(team, chunks, ks);
+        load_v(team, w, t0, chunks);
+      } else {
+        stage_tile(team, w, t0, int(nk), ks, vt);
+      }
       team.team_barrier();
       const index_t t1 = this->next_tile(w, t0 + BK, BK);
-      if (prefetch && t1 < w.ke) load_tile(team, w, t1, next);
 
       // Scores, scaled and masked (the pairs a row does not see and the keys past the tile are
       // -inf), and each row's maximum over this lane's keys.
@@ -228,7 +245,9 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
           part[(4 + lane % 4) * BQ + r] = sum;
         }
       }
+      if (prefetch) store_v(team, chunks, vt);
       team.team_barrier();
+      if (prefetch && t1 < w.ke) load_k(team, w, t1, chunks);
 
       // Each row's state absorbs the tile's, whose maximum is the one its weights were taken
       // against: the merge's factor for them (fb) is then 1, and fa rescales O. Then O += P V.
