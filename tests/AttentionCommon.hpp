@@ -385,14 +385,14 @@ void with_small_team_shape(F&& f) {
 }
 
 /// Calls f with a pointer of a small WarpAttentionShape type of storage S (fp32 or 16-bit; one warp,
-/// tiles of 16 keys, Dv up to 16) whose teams this space can run: 2 threads on host spaces with two
-/// or more (16 lanes each), 1 on one thread, a warp elsewhere.
-template <class S, class F>
+/// tiles of 16 keys, Dv up to 16, prefetched or not) whose teams this space can run: 2 threads on
+/// host spaces with two or more (16 lanes each), 1 on one thread, a warp elsewhere.
+template <class S, bool Prefetch = true, class F>
 void with_small_warp_shape(F&& f) {
   using kflash::impl::WarpAttentionShape;
   constexpr bool host = kflash::impl::ScheduleTraits<AExec>::is_host;
-  if (AExec().concurrency() >= 2) f(static_cast<WarpAttentionShape<S, 1, 16, 16, host ? 16 : 1>*>(nullptr));
-  else f(static_cast<WarpAttentionShape<S, 1, 16, 16, 32>*>(nullptr));
+  if (AExec().concurrency() >= 2) f(static_cast<WarpAttentionShape<S, 1, 16, 16, host ? 16 : 1, Prefetch>*>(nullptr));
+  else f(static_cast<WarpAttentionShape<S, 1, 16, 16, 32, Prefetch>*>(nullptr));
 }
 
 /// n values drawn uniformly from [lo, hi), rounded to T.

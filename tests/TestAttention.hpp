@@ -201,9 +201,12 @@ TYPED_TEST(AttentionTest, TeamScheduleOnAnyTeams) {
   using T = TypeParam;
   using kflash::impl::TeamAttentionShape;
   with_small_team_shape<T>([](auto shape) { team_schedule_cases<T, std::remove_pointer_t<decltype(shape)>>(); });
-  // fp32: the warp-product schedule too (on host teams each lane's own sums; on CUDA 3xTF32).
+  // fp32: the warp-product schedule too (on host teams each lane's own sums; on CUDA 3xTF32), its
+  // tiles prefetched and not.
   if constexpr (std::is_same<T, float>::value) {
     with_small_warp_shape<T>([](auto shape) { team_schedule_cases<T, std::remove_pointer_t<decltype(shape)>>(); });
+    with_small_warp_shape<T, false>(
+        [](auto shape) { team_schedule_cases<T, std::remove_pointer_t<decltype(shape)>>(); });
   }
   // The traits' own shapes, whatever space this is: fp32's warp shapes where the traits give them.
   using traits = kflash::impl::ScheduleTraits<AExec>;

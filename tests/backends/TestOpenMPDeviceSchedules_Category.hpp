@@ -27,11 +27,12 @@ struct HostTeamDeviceTraits : DeviceTraits {
   using team_shape = std::conditional_t<Narrow, TeamAttentionShape<T, 4, 8, 1, 4, DV, 4>,
                                         TeamAttentionShape<T, 8, 8, 2, 4, DV, 4>>;
   static constexpr int team_dv_small = 16, team_dv_large = 32;
-  /// 16-bit storage, and fp32 at the smaller output width (as DeviceTraits: fp32's larger one takes
-  /// the team schedule): one warp a team, its 32 lanes 16 to each of the 2 threads.
+  /// 16-bit and fp32 storage: one warp a team, its 32 lanes 16 to each of the 2 threads; as
+  /// DeviceTraits, fp32's tiles are not prefetched at the larger output width.
   template <class S, int DV, bool Narrow>
-  using warp_shape = std::conditional_t<(is_half_type<S> || (std::is_same<S, float>::value && DV == 16)) && !Narrow,
-                                        WarpAttentionShape<S, 1, 16, DV, 16>, void>;
+  using warp_shape =
+      std::conditional_t<(is_half_type<S> || std::is_same<S, float>::value) && !Narrow,
+                         WarpAttentionShape<S, 1, 16, DV, 16, !std::is_same<S, float>::value || DV == 16>, void>;
   /// attention_backward: blocks of 4 rows against 8 keys, teams of 2 threads, 4 register blocks each.
   template <class T, int DV>
   using backward_shape = TeamAttentionShape<T, 4, 8, 2, 2, DV, 4>;

@@ -43,10 +43,10 @@ template <class S, int DV>
 void print_warp_attention() {
   using Shape = typename Traits::template warp_shape<S, DV, false>;
   using Scratch = kflash::impl::WarpAttentionScratch<Shape>;
-  std::printf("WarpAttentionKernel WarpAttentionShape<%s, %d, %d, %d, %d> threads=%d scratch=%zu\n",
+  std::printf("WarpAttentionKernel WarpAttentionShape<%s, %d, %d, %d, %d, %s> threads=%d scratch=%zu\n",
               std::is_same<S, float>::value ? "float" : std::is_same<S, kflash::bhalf_t>::value ? "bf16" : "fp16",
-              Shape::warps, Shape::BK, Shape::DV,
-              Shape::blocks, Shape::team_size, Scratch::bytes(DV));
+              Shape::warps, Shape::BK, Shape::DV, Shape::blocks, Shape::prefetch ? "true" : "false",
+              Shape::team_size, Scratch::bytes(DV));
 }
 
 template <class T, int DV>
@@ -85,6 +85,7 @@ int main() {
   print_all<float>();
   print_all<double>();
   for (auto print : {print_warp_attention<float, Traits::team_dv_small>,
+                     print_warp_attention<float, Traits::team_dv_large>,
                      print_warp_attention<kflash::bhalf_t, Traits::team_dv_small>,
                      print_warp_attention<kflash::bhalf_t, Traits::team_dv_large>,
                      print_warp_attention<kflash::half_t, Traits::team_dv_small>,

@@ -36,7 +36,7 @@ GATED = ("TeamAttentionKernel", "WarpAttentionKernel", "TeamBackwardDq", "TeamBa
          "RowKernel", "LaneRowKernel", "TeamRowKernel")
 # The kernels on attention's team shapes (TeamAttentionShape<...> is their key).
 TEAM_SHAPED = ("TeamAttentionKernel", "TeamBackwardDq", "TeamBackwardDkv")
-# The kernel on the warp shapes (WarpAttentionShape<storage, warps, BK, DV, blocks> is its key, the storage
+# The kernel on the warp shapes (WarpAttentionShape<storage, warps, BK, DV, blocks, prefetch> is its key, the storage
 # named float, or bf16 or fp16 whatever type the build's Kokkos gives them).
 WARP_SHAPED = ("WarpAttentionKernel",)
 # (registers per SM, warps per SM, teams per SM, shared memory per SM, reserved per team) for the
@@ -155,7 +155,7 @@ def key_of(kernel, demangled):
     shape = re.search(r"TeamAttentionShape<[^>]*>", demangled)
     if shape:
         return shape.group(0)
-    warp = re.search(r"WarpAttentionShape<(.+?), (\d+), (\d+), (\d+), (\d+)>", demangled)
+    warp = re.search(r"WarpAttentionShape<(.+?), (\d+), (\d+), (\d+), (\d+), (true|false)>", demangled)
     if warp:
         storage = warp.group(1).strip()
         if storage != "float":

@@ -34,14 +34,17 @@ struct TeamAttentionShape {
 /// a team of Warps warps owns BQ = 16 Warps query rows, 16 a warp, against tiles of BK keys, Dv <= DV.
 /// Each warp's scores (16 x BK) and running output (16 x DV) stay in its lanes' registers, as
 /// WarpBlock lays out blocks of 16 x 8. A team of fewer threads than the warps' lanes (host teams)
-/// gives each thread `Blocks` of them.
-template <class S, int Warps_, int BK_, int DV_, int Blocks_ = 1>
+/// gives each thread `Blocks` of them. Prefetch: K/V chunks are loaded into registers while the team
+/// computes (a tile's V during its scores, the next tile's K during P V); without it each tile is
+/// loaded and stored at its start, for shapes whose output leaves no registers for the chunks.
+template <class S, int Warps_, int BK_, int DV_, int Blocks_ = 1, bool Prefetch_ = true>
 struct WarpAttentionShape {
   using storage_type = S;
   using value_type = float;
   static constexpr int warps = Warps_, BQ = 16 * Warps_, BK = BK_, DV = DV_;
   static constexpr int threads = 32 * Warps_;
   static constexpr int blocks = Blocks_;
+  static constexpr bool prefetch = Prefetch_;
   static constexpr int team_size = threads / blocks;
   static_assert(BK % 16 == 0 && DV % 16 == 0 && threads % blocks == 0,
                 "kflash: a warp attention shape takes tiles and outputs of whole 16-wide blocks");
@@ -219,20 +222,21 @@ struct DeviceTraits : CommonTraits {
                                             TeamAttentionShape<T, 16, 8, 2, 2, 128>>>>;
   /// The output widths team_shape exists for.
   static constexpr int team_dv_small = 64, team_dv_large = 128;
-  /// 16-bit storage S at Dv <= 128 and fp32 at Dv <= 64 take the warp-product schedule instead
-  /// (FlashAttention 2's structure on the warp matrix instructions; fp32 as 3xTF32), but for Narrow
-  /// blocks: a block of 16 rows a warp would leave half of a decoding head's rows empty. Teams of 4
-  /// warps; 16-bit tiles of 32 keys at Dv <= 64, 16 at Dv <= 128, fp32's of 16 keys: Q, the tile's
-  /// K, V and weights fit the level-0 scratch (26-34 KiB at D = DV) and the registers (running
-  /// output, scores, one tile's K or V chunks) leave 8 warps an SM without spilling
-  /// (tests/cuda/static_gates.py checks it). 16-bit in 2 warps on 32 keys at Dv = 128 spilled, as did
-  /// fp32 at Dv = 128 in 2 warps (4 would need 60 KiB of scratch): fp32 keeps the team schedule there.
+  /// 16-bit and fp32 storage S at Dv <= 128 take the warp-product schedule instead (FlashAttention 2's
+  /// structure on the warp matrix instructions; fp32 as 3xTF32), but for Narrow blocks: a block of
+  /// 16 rows a warp would leave half of a decoding head's rows empty. 16-bit: teams of 4 warps, tiles
+  /// of 32 keys at Dv <= 64, 16 at Dv <= 128; fp32: tiles of 16 keys, 4 warps at Dv <= 64, 2 at
+  /// Dv <= 128 (4 would need 60 KiB of scratch). Q, the tile's K, V and weights fit the level-0
+  /// scratch (26-39 KiB at D = DV) and the registers (running output, scores, one tile's K or V
+  /// chunks where prefetched) leave 8 warps an SM without spilling (tests/cuda/static_gates.py
+  /// checks it). 16-bit in 2 warps on 32 keys at Dv = 128 spilled; fp32 at Dv = 128 spilled with
+  /// either matrix's chunks held across a product, so its tiles are not prefetched.
   template <class S, int DV, bool Narrow>
   using warp_shape = std::conditional_t<
       Narrow, void,
       std::conditional_t<is_half_type<S>, WarpAttentionShape<S, 4, DV == 64 ? 32 : 16, DV>,
-                         std::conditional_t<std::is_same<S, float>::value && DV == 64,
-                                            WarpAttentionShape<S, 4, 16, DV>, void>>>;
+                         std::conditional_t<std::is_same<S, float>::value,
+                                            WarpAttentionShape<S, DV == 64 ? 4 : 2, 16, DV, 1, DV == 64>, void>>>;
   /// attention_backward's team shapes (schedule/team_attention_backward.hpp) by value type and the
   /// wider of D and Dv (<= team_dv_small, <= team_dv_large): q and dout of BQ rows, K and V of BK
   /// keys, P and dS of a block pair, all in a team's level-0 scratch (30-38 KiB). Teams of 4 warps

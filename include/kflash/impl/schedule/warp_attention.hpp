@@ -1,8 +1,8 @@
 // Attention's warp-product schedule for 16-bit and fp32 storage on devices, on FlashAttention 2's
 // forward structure: a team of warps owns a block of query rows, 16 a warp; each K/V tile is staged once per
-// team in scratch as stored (V transposed, so that both products read their operands along k), loaded
-// into registers by 16-byte chunks while the team computes: a tile's V during its scores, the next
-// tile's K during its P V;
+// team in scratch as stored (V transposed, so that both products read their operands along k), by
+// 16-byte chunks, loaded into registers while the team computes where the shape prefetches (a
+// tile's V during its scores, the next tile's K during its P V);
 // both products go through warp_product (tile/warp_product.hpp: the tensor cores on CUDA). A warp's
 // scores and running output stay in its lanes' registers in WarpBlock's layout; its weights go
 // through scratch, stored as the storage type (16-bit: rounded), as the second product's operand.
@@ -57,8 +57,8 @@ struct WarpAttentionScratch {
 
 template <class Shape>
 inline constexpr bool is_warp_shape = false;
-template <class S, int Warps, int BK, int DV, int Blocks>
-inline constexpr bool is_warp_shape<WarpAttentionShape<S, Warps, BK, DV, Blocks>> = true;
+template <class S, int Warps, int BK, int DV, int Blocks, bool Prefetch>
+inline constexpr bool is_warp_shape<WarpAttentionShape<S, Warps, BK, DV, Blocks, Prefetch>> = true;
 
 /// Attention over blocks of 16-bit or fp32 q, k, v by warp products (see WarpAttentionShape). Per K/V tile:
 /// stage K and V; each warp's scores S = Q K^T, scaled and masked, and each row's maximum over its
@@ -86,12 +86,12 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
   /// Whether every K row (D elements) and V row (Dv) is whole chunks, aligned (rows_in_chunks).
   bool chunked_kv = false;
 
-  /// One tile's K or V chunks as a thread holds them between their loads and their stores: K's of
-  /// the next tile while the team computes P V, V's of this tile while it computes the scores (FlashAttention
-  /// 2's order), so that a thread holds one matrix's chunks at a time.
+  /// One tile's K or V chunks as a thread holds them between their loads and their stores. Where the
+  /// shape prefetches: K's of the next tile while the team computes P V, V's of this tile while it
+  /// computes the scores (FlashAttention 2's order), so that a thread holds one matrix's chunks at a time.
   using Chunks = TileChunks<S, BK, DV, Shape::team_size>;
-  /// Whether the tiles are prefetched into Chunks: chunked K/V rows of D <= DV.
-  KOKKOS_INLINE_FUNCTION bool prefetched() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
+  /// Whether the tiles move by Chunks: chunked K/V rows of D <= DV.
+  KOKKOS_INLINE_FUNCTION bool by_chunks() const { return chunked_kv && this->p.D > 0 && this->p.D <= DV; }
 
   /// The tile's K from t0 into c (TileChunks::load): rows of D elements.
   KOKKOS_INLINE_FUNCTION void load_k(const member_type& team, const typename Base::Block& w, index_t t0,
@@ -182,8 +182,9 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
     const auto row_at = [&](int id, int h) { return warp_row(id) + WarpBlock::row(lane_of(id), 2 * h); };
 
     // Prefetched tiles: this tile's V is loaded before its scores and stored after its weights,
-    // the next tile's K loaded before this tile's P V and stored after it.
-    const bool prefetch = prefetched();
+    // the next tile's K loaded before this tile's P V and stored after it. Otherwise each tile is
+    // loaded and stored at its start, by chunks where the rows are.
+    const bool chunked = by_chunks(), prefetch = Shape::prefetch && chunked;
     Chunks chunks{};
     index_t t0 = this->next_tile(w, w.kb, BK);
     if (prefetch && t0 < w.ke) load_k(team, w, t0, chunks);
@@ -193,6 +194,11 @@ struct WarpAttentionKernel : AttentionKernelBase<ExecSpace, Stage, QV, KV, VV, O
       if (prefetch) {
         store_k(team, chunks, ks);
         load_v(team, w, t0, chunks);
+      } else if (chunked) {
+        load_k(team, w, t0, chunks);
+        store_k(team, chunks, ks);
+        load_v(team, w, t0, chunks);
+        store_v(team, chunks, vt);
       } else {
         stage_tile(team, w, t0, int(nk), ks, vt);
       }
