@@ -124,7 +124,7 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
   for (index_t r0 = 0; r0 < blk.rows; r0 += group) {
     const index_t g = blk.rows - r0 < group ? blk.rows - r0 : group;
     T m[group], logits[group];
-    for (index_t i = 0; i < g; ++i) m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
+    for (index_t i = 0; i < g; ++i) m[i] = group_row_max<Lanes, T>(n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
     for (index_t i = 0; i < g; ++i) logits[i] = tile_sum<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
     TileSums<Lanes, T> sums[group];
     for (index_t i = 0; i < g; ++i)

@@ -19,6 +19,14 @@ constexpr index_t short_rows_group(index_t n) {
   return n <= HostTraits::tile ? group : n >= group * HostTraits::tile ? 1 : group * HostTraits::tile / n;
 }
 
+/// The maximum of a row of n values of a group whose maxima are taken one after another: rows of at
+/// most Lanes::chains blocks on one chain (the rows' chains overlap; more chains only add
+/// instructions and stack), longer ones on Lanes::chains.
+template <class Lanes, class T, class F>
+T group_row_max(index_t n, const F& value) {
+  return n <= Lanes::chains * Lanes::width ? tile_max<Lanes, T, 1>(0, n, value) : tile_max<Lanes, T>(0, n, value);
+}
+
 /// write_pass over a row longer than a tile, 4 tiles at a time, each followed by prefetches into
 /// L2 of the same elements of `ahead` (the row the next group reads in this one's place; nullptr if
 /// none): the next group's reads from memory overlap this row's writes instead of following them.
@@ -90,7 +98,7 @@ void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
       s[i] = tiles.state;
     }
   } else {
-    for (index_t i = 0; i < g; ++i) m[i] = tile_max<Lanes, T>(0, n, Elements<T, B>{x[i]});
+    for (index_t i = 0; i < g; ++i) m[i] = group_row_max<Lanes, T>(n, Elements<T, B>{x[i]});
     TileSums<Lanes, T> sums[group];
     for (index_t i = 0; i < g; ++i) {
       if (softmax) {

@@ -118,10 +118,12 @@ struct ScalarLanes {
 };
 
 /// The maximum of value(i), i in [b, e) (NaN ignored), in two parts: that of the whole blocks of
-/// Lanes::width values lane by lane in `lanes`, and that of the rest returned (-inf if none).
-template <class Lanes, class T, class F>
+/// Lanes::width values lane by lane in `lanes`, and that of the rest returned (-inf if none). The
+/// blocks run on C independent chains (Lanes::chains); a kernel that takes several rows' maxima one
+/// after another may ask for one: the rows' chains overlap, and more cost instructions and stack.
+template <class Lanes, class T, int C = Lanes::chains, class F>
 KOKKOS_INLINE_FUNCTION T tile_max_lanes(index_t b, index_t e, const F& value, typename Lanes::Block& lanes) {
-  constexpr int W = Lanes::width, C = Lanes::chains;
+  constexpr int W = Lanes::width;
   typename Lanes::Block m[C];
   for (int c = 0; c < C; ++c) Lanes::fill(m[c], -infinity<T>());
   const index_t chains_end = b + (e - b) / (C * W) * (C * W), blocks_end = b + (e - b) / W * W;
@@ -140,11 +142,11 @@ KOKKOS_INLINE_FUNCTION T tile_max_lanes(index_t b, index_t e, const F& value, ty
   return r;
 }
 
-/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), over Lanes' blocks.
-template <class Lanes, class T, class F>
+/// The maximum of value(i), i in [b, e) (NaN ignored, -inf if empty), over Lanes' blocks on C chains.
+template <class Lanes, class T, int C = Lanes::chains, class F>
 KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
   typename Lanes::Block lanes;
-  const T rest = tile_max_lanes<Lanes, T>(b, e, value, lanes);
+  const T rest = tile_max_lanes<Lanes, T, C>(b, e, value, lanes);
   const T m = Lanes::max_lanes(lanes);
   return rest > m ? rest : m;
 }
