@@ -587,18 +587,19 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
 
 // --- cross-entropy -------------------------------------------------------------------------------
 
-/// One case: rows x vocabulary logits (fp32 or fp64) against random targets, label smoothing 0.1.
-/// variant 0: kflash::cross_entropy (one read of the logits: its limit is read bandwidth);
-/// 1: the baseline as frameworks compose it, kflash::log_softmax into a rows x vocabulary buffer,
-/// then the target's entry and the mean of each row gathered from it.
+/// One case: rows x vocabulary logits (fp32, fp64 or 16-bit; the loss in fp32 or fp64) against random
+/// targets, label smoothing 0.1. variant 0: kflash::cross_entropy (one read of the logits: its limit is
+/// read bandwidth); 1 (fp32 and fp64): the baseline as frameworks compose it, kflash::log_softmax into a
+/// rows x vocabulary buffer, then the target's entry and the mean of each row gathered from it.
 template <class Exec, class T>
 void cross_entropy_case(benchmark::State& state, const std::string& backend, index_t rows, index_t cols,
                         int variant) {
   using mem = typename Exec::memory_space;
+  using A = kflash::impl::arith_t<T>;  // the loss's type
   const Exec exec;
   Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", rows, cols), lp("log_p", variant == 1 ? rows : 0, cols);
   Kokkos::View<std::int64_t*, mem> targets("targets", rows);
-  Kokkos::View<T*, mem> loss("loss", rows);
+  Kokkos::View<A*, mem> loss("loss", rows);
   fill_normal(x, 1);
   Kokkos::parallel_for("targets", Kokkos::RangePolicy<Exec>(exec, 0, rows),
                        KOKKOS_LAMBDA(index_t r) { targets(r) = (r * 7919) % cols; });
@@ -612,18 +613,20 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
       kflash::cross_entropy(exec, x, targets, loss, o);
       return;
     }
-    kflash::log_softmax(exec, x, lp);
-    const T eps = T(o.label_smoothing);
-    Kokkos::parallel_for("baseline::gather", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO),
-                         KOKKOS_LAMBDA(const member& t) {
-                           const index_t r = t.league_rank();
-                           T sum = 0;
-                           Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols),
-                                                   [&](index_t j, T& acc) { acc += lp(r, j); }, sum);
-                           Kokkos::single(Kokkos::PerTeam(t), [&] {
-                             loss(r) = -(1 - eps) * lp(r, targets(r)) - eps * sum / T(cols);
+    if constexpr (!kflash::impl::is_half_type<T>) {  // 16-bit logits: kflash's call only
+      kflash::log_softmax(exec, x, lp);
+      const T eps = T(o.label_smoothing);
+      Kokkos::parallel_for("baseline::gather", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO),
+                           KOKKOS_LAMBDA(const member& t) {
+                             const index_t r = t.league_rank();
+                             T sum = 0;
+                             Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols),
+                                                     [&](index_t j, T& acc) { acc += lp(r, j); }, sum);
+                             Kokkos::single(Kokkos::PerTeam(t), [&] {
+                               loss(r) = -(1 - eps) * lp(r, targets(r)) - eps * sum / T(cols);
+                             });
                            });
-                         });
+    }
   });
   const double bytes = double(rows) * cols * sizeof(T);  // one read of the logits
   set_rate(state, bytes, "GB/s");
@@ -632,9 +635,9 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
     return;
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
-  const auto plan = kflash::impl::plan_rows<T, Traits>(exec, rows, cols);
+  const auto plan = kflash::impl::plan_rows<A, Traits>(exec, rows, cols);
   set_relative(state, backend + "/read_bw", bytes / s, key, s,
-               double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<T>));
+               double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<A>));
   set_work(state, row_ops(RowKind::logsumexp) * double(rows) * double(cols), bytes);
 }
 

@@ -138,11 +138,18 @@ void register_backend(Registry& reg) {
   const std::vector<Shape> ce_shapes = reg.opt.full ? std::vector<Shape>{{512, 262144}, {4096, 32768}, {8, 262144}, {65536, 64}}
                                                     : std::vector<Shape>{{256, 131072}, {8, 262144}};
   for (const Shape& sh : ce_shapes) {
-    const std::string base = be + "/cross_entropy/" + type_name<float>() + "/" + std::to_string(sh.first) + "x" +
-                             std::to_string(sh.second);
-    reg.add(base + "/baseline_log_softmax",
-            [=](benchmark::State& s) { cross_entropy_case<Exec, float>(s, be, sh.first, sh.second, 1); });
-    reg.add(base + "/kflash", [=](benchmark::State& s) { cross_entropy_case<Exec, float>(s, be, sh.first, sh.second, 0); });
+    const auto add_ce = [&](auto type_tag) {
+      using T = decltype(type_tag);
+      const std::string base = be + "/cross_entropy/" + type_name<T>() + "/" + std::to_string(sh.first) + "x" +
+                               std::to_string(sh.second);
+      if (!kflash::impl::is_half_type<T>)  // 16-bit logits: kflash's call only
+        reg.add(base + "/baseline_log_softmax",
+                [=](benchmark::State& s) { cross_entropy_case<Exec, T>(s, be, sh.first, sh.second, 1); });
+      reg.add(base + "/kflash",
+              [=](benchmark::State& s) { cross_entropy_case<Exec, T>(s, be, sh.first, sh.second, 0); });
+    };
+    add_ce(float());
+    if (reg.opt.full) add_ce(kflash::bhalf_t());
   }
 
   // gradients: the row operations at the forward's shapes (the baselines from 1024 rows up on a
