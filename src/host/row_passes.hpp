@@ -46,7 +46,8 @@ struct TileBufferStore {
 /// With w, the weights go to w[0, n) and tile t's reference (the running maximum before it, or its
 /// own maximum) to tile_max[t]; w may be x (in place): a tile tried against the running maximum
 /// then keeps its weights in a buffer until it is kept. With sum_logits, the sum of x goes to
-/// `logits` (a compensated sum of the tiles' sums, each taken while its tile is in the cache). The
+/// `logits` (a compensated sum of the tiles' sums, each taken in the loop of the tile's weights
+/// against the running maximum, or while the tile is in the cache where there is none). The
 /// weights are computed by A's exp.
 template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 struct StatePass {
@@ -66,12 +67,15 @@ struct StatePass {
     const index_t e = b + HostTraits::tile < n ? b + HostTraits::tile : n;
     prefetch_ahead(x, e, n);
     const Elements<T, B> value{x};
-    bool kept = false;
+    bool kept = false, summed = false;
+    T tile_logits = T(0);
     if (b == 0) rows.start_at(b, e, value);
     if (rows.try_running_max()) {
       T ref;
       if (w == nullptr) {
-        kept = rows.add_against_running_max(b, e, value, NoStore<T>{}, rows.slack, ref);
+        summed = sum_logits;
+        kept = rows.add_against_running_max(b, e, value, NoStore<T>{}, rows.slack, ref,
+                                            summed ? &tile_logits : nullptr);
       } else if (!in_place()) {
         kept = rows.add_against_running_max(b, e, value, Store<T>{w}, rows.stored_slack, ref);
       } else {
@@ -87,7 +91,7 @@ struct StatePass {
           w != nullptr ? rows.add_own_max(b, e, value, Store<T>{w}) : rows.add_own_max(b, e, value, NoStore<T>{});
       if (w != nullptr) tile_max[b / HostTraits::tile] = m;
     }
-    if (sum_logits) logits.add_term(impl::tile_sum<Lanes, T>(b, e, value));
+    if (sum_logits) logits.add_term(summed ? tile_logits : impl::tile_sum<Lanes, T>(b, e, value));
   }
   void all() {
     for (index_t b = 0; b < n; b += HostTraits::tile) tile(b);

@@ -219,22 +219,32 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F&
 
 /// Weight terms exp(value(i) - ref) against a reference that the values may exceed, with the
 /// values' maximum (NaN ignored) taken in the same loop: whole blocks into `max`, the rest into
-/// `tail_max`. exp_nonpositive and the host's vector exps hold for arguments up to about 88 (fp32)
-/// as well; RowTiles drops a tile whose arguments exceed RowTiles::slack.
-template <class Lanes, class T, class F>
+/// `tail_max`; with SumValues, the values' plain sum too (whole blocks into `values`, the rest into
+/// `tail_values`), so that a caller that also needs it reads each value once. exp_nonpositive and
+/// the host's vector exps hold for arguments up to about 88 (fp32) as well; RowTiles drops a tile
+/// whose arguments exceed RowTiles::slack.
+template <class Lanes, class T, class F, bool SumValues = false>
 struct WeightsAgainst {
   F value;
   T ref;
   typename Lanes::Block* max;
   T* tail_max;
+  typename Lanes::Block* values = nullptr;
+  T* tail_values = nullptr;
   KOKKOS_INLINE_FUNCTION T operator()(index_t i) const {
     const T v = value(i);
     *tail_max = v > *tail_max ? v : *tail_max;
+    if constexpr (SumValues) *tail_values += v;
     return exp_nonpositive(v - ref);
   }
   template <class L>
   KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
     Lanes::max(*max, value, i);
+    if constexpr (SumValues) {
+      T v[Lanes::width];
+      for (int l = 0; l < Lanes::width; ++l) v[l] = value(i + l);
+      Lanes::add(*values, v);
+    }
     Lanes::exp_block(value, i, ref, w);
   }
 };
@@ -286,16 +296,25 @@ struct RowTiles {
   /// Adds the tile [b, e) against the running maximum, handing store its weights against it, and
   /// returns true with that reference in `ref`; returns false and adds nothing if a value is above
   /// it by more than `allowed` (slack, or stored_slack for stored weights; store may then have been called
-  /// with meaningless weights).
+  /// with meaningless weights). With `value_sum`, the tile's values summed in the same loop go there
+  /// (whether the tile is added or not; as tile_sum's, but the rest after the blocks' tree).
   template <class F, class Store>
   KOKKOS_INLINE_FUNCTION bool add_against_running_max(index_t b, index_t e, const F& value, const Store& store,
-                                                      T allowed, T& ref) {
+                                                      T allowed, T& ref, T* value_sum = nullptr) {
     ref = state.max;
     typename Lanes::Block max;
     Lanes::fill(max, -infinity<T>());
     T tail_max = -infinity<T>();
     TileSums<Lanes, T> sums;
-    sums.add(b, e, WeightsAgainst<Lanes, T, F>{value, ref, &max, &tail_max}, store);
+    if (value_sum == nullptr) {
+      sums.add(b, e, WeightsAgainst<Lanes, T, F>{value, ref, &max, &tail_max}, store);
+    } else {
+      typename Lanes::Block values;
+      Lanes::fill(values, T(0));
+      T tail_values = T(0);
+      sums.add(b, e, WeightsAgainst<Lanes, T, F, true>{value, ref, &max, &tail_max, &values, &tail_values}, store);
+      *value_sum = Lanes::sum_tree(values) + tail_values;
+    }
     const T block_max = Lanes::max_lanes(max);
     const T m = block_max > tail_max ? block_max : tail_max;
     if (m > ref + allowed) {
