@@ -136,7 +136,8 @@ kflash::impl::LossTotal cross_entropy_impl(const ExecSpace& exec, MPI_Comm comm,
       const CachedWorkspace<memory_space> scratch(exec, sizeof(Stats) * std::size_t(plan.rows * plan.chunks),
                                                   "kflash::mpi::cross_entropy workspace");
       const Workspace ws(scratch.template at<Stats>(0), plan.rows, plan.chunks);
-      dispatch_logit_stats(exec, rows, targets, ws, plan, shard.col0, "kflash::mpi::cross_entropy stats");
+      dispatch_logit_stats(exec, rows, targets, ws, plan, shard.col0, options.label_smoothing != 0,
+                           "kflash::mpi::cross_entropy stats");
       Kokkos::parallel_for("kflash::mpi::cross_entropy merge", Kokkos::RangePolicy<ExecSpace>(exec, 0, plan.rows),
                            AbsorbRowStates<decltype(stats), Workspace>{stats, ws, plan.chunks});
       exec.fence();

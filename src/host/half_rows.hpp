@@ -122,10 +122,11 @@ void run_rows16(const RowBlock16& b) {
 /// Cross-entropy's statistics of 16-bit rows (run_logit_rows' layout), read widened as they load.
 template <int VB>
 void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
-                      index_t rows, index_t n) {
+                      index_t rows, index_t n, bool sum_logits) {
   with_storage(f, [&](auto* storage) {
     using B = std::remove_pointer_t<decltype(storage)>;
-    run_logit_rows<float, VB>(LogitBlock<float, B>{reinterpret_cast<const B*>(x), ldx, out, ldout, rows, n});
+    run_logit_rows<float, VB>(
+        LogitBlock<float, B>{reinterpret_cast<const B*>(x), ldx, out, ldout, rows, n, sum_logits});
   });
 }
 

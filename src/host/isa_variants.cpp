@@ -101,8 +101,8 @@ namespace kflash::impl::host {
     internal::write_scaled_exp16<vector_bytes>(f, x, y, n, shift, scale, offset);                             \
   }                                                                                                           \
   attributes void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out,    \
-                                   index_t ldout, index_t rows, index_t cols) {                               \
-    internal::run_logit_rows16<vector_bytes>(f, x, ldx, out, ldout, rows, cols);                              \
+                                   index_t ldout, index_t rows, index_t cols, bool sum_logits) {              \
+    internal::run_logit_rows16<vector_bytes>(f, x, ldx, out, ldout, rows, cols, sum_logits);                  \
   }                                                                                                           \
   attributes void attention_tile(const AttentionTile<float>& t) {                                             \
     internal::attention_tile<float, vector_bytes>(t);                                                         \
@@ -321,8 +321,8 @@ void write_scaled_exp16(Storage16 f, const std::uint16_t* x, std::uint16_t* y, i
   KFLASH_IMPL_DISPATCH(isa(), write_scaled_exp16(f, x, y, n, shift, scale, offset))
 }
 void run_logit_rows16(Storage16 f, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
-                      index_t rows, index_t cols) {
-  KFLASH_IMPL_DISPATCH(isa(), run_logit_rows16(f, x, ldx, out, ldout, rows, cols))
+                      index_t rows, index_t cols, bool sum_logits) {
+  KFLASH_IMPL_DISPATCH(isa(), run_logit_rows16(f, x, ldx, out, ldout, rows, cols, sum_logits))
 }
 void attention_tile(Isa which, const AttentionTile<float>& tile) {
 #ifdef KFLASH_IMPL_X86_VARIANTS

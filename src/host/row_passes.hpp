@@ -117,7 +117,7 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
   const index_t n = blk.cols;
   if (n > HostTraits::tile) {
     for (index_t r = 0; r < blk.rows; ++r) {
-      StatePass<T, VB, B> pass{blk.x + r * blk.ldx, n, nullptr, nullptr, true};
+      StatePass<T, VB, B> pass{blk.x + r * blk.ldx, n, nullptr, nullptr, blk.sum_logits};
       pass.all();
       blk.out[r * blk.ldout] = LogitStats<T>{pass.state(), pass.logits, T(0)};
     }
@@ -129,7 +129,8 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
     const index_t g = blk.rows - r0 < group ? blk.rows - r0 : group;
     T m[group], logits[group];
     for (index_t i = 0; i < g; ++i) m[i] = group_row_max<Lanes, T>(n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
-    for (index_t i = 0; i < g; ++i) logits[i] = tile_sum<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
+    for (index_t i = 0; i < g; ++i)
+      logits[i] = blk.sum_logits ? tile_sum<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx}) : T(0);
     TileSums<Lanes, T> sums[group];
     for (index_t i = 0; i < g; ++i)
       sums[i].add_weights(m[i], 0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx}, NoStore<T>{});

@@ -46,6 +46,7 @@ SoftmaxState<double> row_state(Isa which, const double* x, index_t n);
 /// contiguous (a chunk of a row: rows = 1); the statistics of row r (target_logit 0) go to
 /// out[r * ldout]. Rows longer than a tile take row_state's pass, which also sums each tile while
 /// it is in the cache. Inside the kernels, B is the rows' storage (run_logit_rows16's long rows).
+/// Without sum_logits the logits' sums (LogitStats::total, which only label smoothing needs) stay 0.
 template <class T, class B = T>
 struct LogitBlock {
   const B* x;
@@ -53,6 +54,7 @@ struct LogitBlock {
   LogitStats<T>* out;
   index_t ldout;
   index_t rows, cols;
+  bool sum_logits = true;
 };
 
 void run_logit_rows(const LogitBlock<float>& block);
@@ -106,7 +108,7 @@ void run_rows16(const RowBlock16& block);
 
 /// run_logit_rows on 16-bit rows of `format` (LogitBlock's layout), widened to float by blocks.
 void run_logit_rows16(Storage16 format, const std::uint16_t* x, index_t ldx, LogitStats<float>* out, index_t ldout,
-                      index_t rows, index_t cols);
+                      index_t rows, index_t cols, bool sum_logits);
 
 template <class H, std::enable_if_t<is_half_type<H>, int> = 0>
 SoftmaxState<float> row_state(const H* x, index_t n) {

@@ -22,15 +22,17 @@ struct HostLogitStatsKernel {
   Workspace ws;
   RowPlan plan;
   index_t col0;
+  bool sum_logits;  // LogitStats::total taken (label smoothing needs it), else left 0
 
   /// Rows [r0, r0 + rows) from column begin, `cols` columns each (c: the chunk's index in ws).
   void stats(index_t r0, index_t rows, index_t c, index_t begin, index_t cols) const {
     using S = std::remove_cv_t<typename decltype(XRows::v)::value_type>;
     if constexpr (is_half_type<S>) {
       run_logit_rows16(storage16_of<S>, reinterpret_cast<const std::uint16_t*>(x.row(r0) + begin), x.row_stride(),
-                       &ws(r0, c), index_t(ws.stride_0()), rows, cols);
+                       &ws(r0, c), index_t(ws.stride_0()), rows, cols, sum_logits);
     } else {
-      run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols});
+      run_logit_rows(LogitBlock<T>{x.row(r0) + begin, x.row_stride(), &ws(r0, c), index_t(ws.stride_0()), rows, cols,
+                                   sum_logits});
     }
     for (index_t r = r0; r < r0 + rows; ++r)
       ws(r, c).target_logit = target_logit_in(x, targets, r, col0, begin, begin + cols);
@@ -52,11 +54,12 @@ struct HostLogitStatsKernel {
 
 template <class ExecSpace, class XRows, class Targets, class Workspace>
 void run_host_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& targets, const Workspace& ws,
-                          const RowPlan& plan, index_t col0, const std::string& label) {
+                          const RowPlan& plan, index_t col0, bool sum_logits, const std::string& label) {
   const index_t items =
       plan.chunks == 1 ? (plan.rows + plan.rows_per_item - 1) / plan.rows_per_item : plan.rows * plan.chunks;
+  using Kernel = HostLogitStatsKernel<ExecSpace, XRows, Targets, Workspace>;
   Kokkos::parallel_for(label, Kokkos::TeamPolicy<ExecSpace>(exec, int(items), 1, 1),
-                       HostLogitStatsKernel<ExecSpace, XRows, Targets, Workspace>{x, targets, ws, plan, col0});
+                       Kernel{x, targets, ws, plan, col0, sum_logits});
 }
 
 /// The gradient phase: each row or chunk (RowChunk) gets scale exp(x - lse) - offset from the

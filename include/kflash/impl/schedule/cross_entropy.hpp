@@ -54,7 +54,8 @@ struct LogitStatsKernel {
   Targets targets;
   Workspace ws;
   RowPlan plan;
-  index_t col0;  // the vocabulary's column of x's first column
+  index_t col0;     // the vocabulary's column of x's first column
+  bool sum_logits;  // LogitStats::total taken (label smoothing needs it), else left 0
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const RowChunk rc(plan, team.league_rank());
@@ -68,7 +69,7 @@ struct LogitStatsKernel {
           const index_t tb = rc.begin + t * tile;
           const index_t te = tb + tile < rc.end ? tb + tile : rc.end;
           acc.state.merge(lanes.tile_state(tb, te, value, NoStore<T>{}));
-          acc.add_logits(lanes.tile_sum(tb, te, value));
+          if (sum_logits) acc.add_logits(lanes.tile_sum(tb, te, value));
         },
         MergeOf<stats_type>(s));
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -80,11 +81,11 @@ struct LogitStatsKernel {
 
 template <class Traits, class ExecSpace, class XRows, class Targets, class Workspace>
 void run_logit_stats_kernel(const ExecSpace& exec, const XRows& x, const Targets& targets, const Workspace& ws,
-                            const RowPlan& plan, index_t col0, const std::string& label) {
+                            const RowPlan& plan, index_t col0, bool sum_logits, const std::string& label) {
   using Kernel = LogitStatsKernel<ExecSpace, Traits, XRows, Targets, Workspace>;
   Kokkos::parallel_for(
       label, Kokkos::TeamPolicy<ExecSpace>(exec, int(plan.rows * plan.chunks), Traits::row_team_size, Traits::vector_length),
-      Kernel{x, targets, ws, plan, col0});
+      Kernel{x, targets, ws, plan, col0, sum_logits});
 }
 
 /// The loss phase: for each row, its chunks' statistics merged, its loss written (0 for ignored

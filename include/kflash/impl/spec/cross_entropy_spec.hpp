@@ -15,20 +15,21 @@
 namespace kflash::impl {
 
 /// ws(r, c) = the LogitStats of chunk c of row r of x under `plan` (x's first column being column
-/// col0 of the vocabulary).
+/// col0 of the vocabulary), their logits' sums only with sum_logits (else 0: the loss needs them
+/// only for label smoothing, the gradient never).
 template <class ExecSpace, class XRows, class Targets, class Workspace>
 void dispatch_logit_stats(const ExecSpace& exec, const XRows& x, const Targets& targets, const Workspace& ws,
-                          RowPlan plan, index_t col0, const std::string& label) {
+                          RowPlan plan, index_t col0, bool sum_logits, const std::string& label) {
   using Traits = ScheduleTraits<ExecSpace>;
   if (plan.rows == 0) return;
   if constexpr (Traits::host_kernels) {
     if (x.unit_stride()) {
-      host::run_host_logit_stats(exec, x, targets, ws, plan, col0, label);
+      host::run_host_logit_stats(exec, x, targets, ws, plan, col0, sum_logits, label);
       return;
     }
   }
   plan.rows_per_item = 1;  // the portable kernel takes one row (or chunk) per team
-  run_logit_stats_kernel<Traits>(exec, x, targets, ws, plan, col0, label);
+  run_logit_stats_kernel<Traits>(exec, x, targets, ws, plan, col0, sum_logits, label);
 }
 
 /// The cross-entropy of every row of logits x (rows, vocabulary) into loss: the statistics phase
@@ -46,7 +47,7 @@ LossTotal cross_entropy_rows(const ExecSpace& exec, const XView& x, const Target
   const CachedWorkspace<memory_space> scratch(
       exec, sizeof(LogitStats<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
   const Workspace ws(scratch.template at<LogitStats<T>>(0), plan.rows, plan.chunks);
-  dispatch_logit_stats(exec, rows, targets, ws, plan, 0, label + " stats");
+  dispatch_logit_stats(exec, rows, targets, ws, plan, 0, terms.label_smoothing != 0, label + " stats");
   return run_cross_entropy_loss(exec, ws, targets, loss, plan.cols, ignore_index, terms, label + " loss");
 }
 
@@ -84,7 +85,7 @@ LossTotal cross_entropy_backward_rows(const ExecSpace& exec, const XView& x, con
     const CachedWorkspace<memory_space> scratch(
         exec, sizeof(LogitStats<T>) * std::size_t(plan.rows * plan.chunks), label + " workspace");
     const Workspace ws(scratch.template at<LogitStats<T>>(0), plan.rows, plan.chunks);
-    dispatch_logit_stats(exec, rows, targets, ws, plan, 0, label + " stats");
+    dispatch_logit_stats(exec, rows, targets, ws, plan, 0, false, label + " stats");
     gradient(LseOfStats<Workspace>{ws});
     exec.fence();  // the workspace must outlive the kernels
   } else {

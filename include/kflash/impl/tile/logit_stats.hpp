@@ -14,7 +14,8 @@ struct LogitStats {
   using value_type = T;
 
   SoftmaxState<T> state;  ///< (m, l) of the logits
-  SoftmaxState<T> total;  ///< the sum of the logits, compensated (used as a sum only: total() is it)
+  SoftmaxState<T> total;  ///< the sum of the logits, compensated (used as a sum only: total() is it); the
+                          ///< statistics phase leaves it 0 where the loss has no label smoothing
   T target_logit;         ///< the target's logit when the set holds the target column, else 0
 
   KOKKOS_INLINE_FUNCTION static constexpr LogitStats identity() {
