@@ -110,8 +110,8 @@ SoftmaxState<T> row_state(const B* x, index_t n) {
 }
 
 /// The LogitStats of each row of blk. Rows of one tile go short_group at a time, each step (the
-/// maxima, the logits' sums, the weights' sums) for all of them before the next, as in short_rows:
-/// the rows' chains of dependent operations overlap.
+/// maxima, the weights' sums with the logits' sums where asked) for all of them before the next, as
+/// in short_rows: the rows' chains of dependent operations overlap.
 template <class T, int VB, class B = T>
 void run_logit_rows(const LogitBlock<T, B>& blk) {
   const index_t n = blk.cols;
@@ -129,11 +129,13 @@ void run_logit_rows(const LogitBlock<T, B>& blk) {
     const index_t g = blk.rows - r0 < group ? blk.rows - r0 : group;
     T m[group], logits[group];
     for (index_t i = 0; i < g; ++i) m[i] = group_row_max<Lanes, T>(n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx});
-    for (index_t i = 0; i < g; ++i)
-      logits[i] = blk.sum_logits ? tile_sum<Lanes, T>(0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx}) : T(0);
     TileSums<Lanes, T> sums[group];
-    for (index_t i = 0; i < g; ++i)
-      sums[i].add_weights(m[i], 0, n, Elements<T, B>{blk.x + (r0 + i) * blk.ldx}, NoStore<T>{});
+    for (index_t i = 0; i < g; ++i) {
+      const Elements<T, B> value{blk.x + (r0 + i) * blk.ldx};
+      logits[i] = T(0);
+      if (blk.sum_logits) sums[i].add_weights(m[i], 0, n, value, NoStore<T>{}, logits[i]);
+      else sums[i].add_weights(m[i], 0, n, value, NoStore<T>{});
+    }
     // Written member by member: a whole LogitStats would be assembled on the stack by scalar stores
     // and copied out by vector loads that wait for them (about 9 ns a row).
     for (index_t i = 0; i < g; ++i) {

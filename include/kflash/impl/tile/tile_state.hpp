@@ -60,6 +60,27 @@ struct SpecialWeightTerms {
   }
 };
 
+/// Terms (WeightTerms, SpecialWeightTerms, WeightsAgainst: terms over `value`) that also take
+/// their values' plain sum: whole blocks into `values`, the rest into `tail_values`. The values are
+/// read again where the terms read them, so that compilers load each once.
+template <class Lanes, class T, class Terms>
+struct SummingValues {
+  Terms terms;
+  typename Lanes::Block* values;
+  T* tail_values;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const {
+    *tail_values += terms.value(i);
+    return terms(i);
+  }
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
+    T v[Lanes::width];
+    for (int l = 0; l < Lanes::width; ++l) v[l] = terms.value(i + l);
+    Lanes::add(*values, v);
+    terms.template block<L>(i, w);
+  }
+};
+
 /// Blocks of `width` plain lanes: loops over them are plain loops that compilers vectorise.
 /// A lane-block policy provides:
 ///   width, chains              lanes of a block; independent blocks the maximum runs on
@@ -192,6 +213,22 @@ struct TileSums {
     }
   }
 
+  /// add_weights, with the values' plain sum taken in the same loop into value_sum (as tile_sum's,
+  /// but the rest after the blocks' tree): a caller that also needs it reads each value once.
+  template <class F, class Store>
+  KOKKOS_INLINE_FUNCTION void add_weights(T m, index_t b, index_t e, const F& value, const Store& store,
+                                          T& value_sum) {
+    typename Lanes::Block values;
+    Lanes::fill(values, T(0));
+    T tail_values = T(0);
+    if (is_finite(m)) {
+      add(b, e, SummingValues<Lanes, T, WeightTerms<T, F>>{{value, m}, &values, &tail_values}, store);
+    } else {
+      add(b, e, SummingValues<Lanes, T, SpecialWeightTerms<T, F>>{{value, m}, &values, &tail_values}, store);
+    }
+    value_sum = Lanes::sum_tree(values) + tail_values;
+  }
+
   /// The state of the tile whose maximum is m: the tail plus the lanes' tree root.
   KOKKOS_INLINE_FUNCTION SoftmaxState<T> state(T m) { return state(m, Lanes::sum_tree(lanes)); }
   /// The same with the lanes' tree root already taken (Lanes::sum_trees for several rows).
@@ -219,32 +256,22 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F&
 
 /// Weight terms exp(value(i) - ref) against a reference that the values may exceed, with the
 /// values' maximum (NaN ignored) taken in the same loop: whole blocks into `max`, the rest into
-/// `tail_max`; with SumValues, the values' plain sum too (whole blocks into `values`, the rest into
-/// `tail_values`), so that a caller that also needs it reads each value once. exp_nonpositive and
-/// the host's vector exps hold for arguments up to about 88 (fp32) as well; RowTiles drops a tile
-/// whose arguments exceed RowTiles::slack.
-template <class Lanes, class T, class F, bool SumValues = false>
+/// `tail_max`. exp_nonpositive and the host's vector exps hold for arguments up to about 88 (fp32)
+/// as well; RowTiles drops a tile whose arguments exceed RowTiles::slack.
+template <class Lanes, class T, class F>
 struct WeightsAgainst {
   F value;
   T ref;
   typename Lanes::Block* max;
   T* tail_max;
-  typename Lanes::Block* values = nullptr;
-  T* tail_values = nullptr;
   KOKKOS_INLINE_FUNCTION T operator()(index_t i) const {
     const T v = value(i);
     *tail_max = v > *tail_max ? v : *tail_max;
-    if constexpr (SumValues) *tail_values += v;
     return exp_nonpositive(v - ref);
   }
   template <class L>
   KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
     Lanes::max(*max, value, i);
-    if constexpr (SumValues) {
-      T v[Lanes::width];
-      for (int l = 0; l < Lanes::width; ++l) v[l] = value(i + l);
-      Lanes::add(*values, v);
-    }
     Lanes::exp_block(value, i, ref, w);
   }
 };
@@ -312,7 +339,9 @@ struct RowTiles {
       typename Lanes::Block values;
       Lanes::fill(values, T(0));
       T tail_values = T(0);
-      sums.add(b, e, WeightsAgainst<Lanes, T, F, true>{value, ref, &max, &tail_max, &values, &tail_values}, store);
+      sums.add(b, e, SummingValues<Lanes, T, WeightsAgainst<Lanes, T, F>>{{value, ref, &max, &tail_max}, &values,
+                                                                           &tail_values},
+               store);
       *value_sum = Lanes::sum_tree(values) + tail_values;
     }
     const T block_max = Lanes::max_lanes(max);
