@@ -4,7 +4,7 @@
 // once per call and hand their decisions to the kernels.
 #pragma once
 
-#include <kflash/impl/tile/tile_state.hpp>
+#include <kflash/impl/tile/team_lanes.hpp>
 
 #include <type_traits>
 
