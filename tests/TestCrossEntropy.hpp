@@ -158,6 +158,28 @@ TYPED_TEST(CrossEntropyTest, Errors) {
     const ld ref = reference_loss(host.data() + r * cols, cols, r == 0 ? 1 : 2, {});
     EXPECT_LE(std::fabs(ld(got[r]) - ref), loss_tolerance<T>(ref, 0, {})) << "row " << r;
   }
+  // Rows enough for several rows per work item: the first bad row is named whichever item or thread
+  // finds it first, and every other row's loss is still written.
+  {
+    const std::size_t many = 5000, vocab = 37;
+    const auto values = normal_values<T>(many * vocab, 53);
+    auto targets = random_targets(many, vocab, 54, 0);
+    targets[1200] = -100;
+    targets[3001] = 40;
+    targets[4500] = -1;
+    Kokkos::View<T*, Mem> losses("losses", many);
+    expect_invalid([&] {
+      kflash::cross_entropy(TEST_EXECSPACE(), make_matrix<T, Kokkos::LayoutRight, TEST_EXECSPACE>(many, vocab, values),
+                            make_vector<std::int64_t, TEST_EXECSPACE>(targets), losses);
+    }, {"targets(3001) = 40", "[0, 37)"});
+    const auto out = to_host(losses);
+    EXPECT_TRUE(std::isnan(out[3001]) && std::isnan(out[4500]));
+    EXPECT_EQ(out[1200], T(0));
+    for (std::size_t r : {std::size_t(0), std::size_t(1199), std::size_t(3000), std::size_t(3002), many - 1}) {
+      const ld ref = reference_loss(values.data() + r * vocab, vocab, targets[r], {});
+      EXPECT_LE(std::fabs(ld(out[r]) - ref), loss_tolerance<T>(ref, 0, {})) << "row " << r;
+    }
+  }
   const auto good = make_vector<std::int64_t, TEST_EXECSPACE>({0, 1, 2, 3});
   expect_invalid([&] { kflash::cross_entropy(TEST_EXECSPACE(), logits, make_vector<std::int64_t, TEST_EXECSPACE>({0, 1}), loss); },
                  {"targets (2)", "logits (4, 5)"});
