@@ -80,17 +80,20 @@ template <class Lanes, class Pairs, class T, class Terms>
 void rounded_weights(const AttentionTile<T>& t, index_t r, const Terms& terms, TileSums<Lanes, T>& sums) {
   constexpr int W = Lanes::width;
   const index_t full = t.nk / W * W;
-  T w[W];
+  const auto row = Pairs::weights_row(t, r);
   for (index_t j = 0; j < full; j += W) {
+    T w[W];
     terms.template block<Lanes>(j, w);
     Lanes::add(sums.lanes, w);
-    Pairs::store_weights(t, r, j, w, W);
+    Pairs::store_weights(row + j, w, W);
   }
+  if (full == t.nk) return;
+  T tail[W];
   for (index_t j = full; j < t.nk; ++j) {
-    w[j - full] = terms(j);
-    sums.tail.add_term(w[j - full]);
+    tail[j - full] = terms(j);
+    sums.tail.add_term(tail[j - full]);
   }
-  if (full < t.nk) Pairs::store_weights(t, r, full, w, t.nk - full);
+  Pairs::store_weights(row + full, tail, t.nk - full);
 }
 
 /// Whether rows [r0, r0 + g) of a tile on bf16 pairs may take steps_against_running_max: each has

@@ -66,11 +66,11 @@ struct TilePairs {
     }
   }
 
-  /// P's row r, keys [j, j + n): weights w rounded to bf16 (a row's weights written as they are
-  /// computed; pad_weights then adds its zeros).
-  KFLASH_IMPL_BF16_TARGET static void store_weights(const AttentionTile<float>& t, index_t r, index_t j,
-                                                    const float* w, index_t n) {
-    narrow_bf16(w, t.p16 + r * t.bk + j, n);
+  /// P's row r, where store_weights writes a row's weights as they are computed (pad_weights then
+  /// adds its zeros): n weights w rounded to bf16 at p, a key of that row.
+  static std::uint16_t* weights_row(const AttentionTile<float>& t, index_t r) { return t.p16 + r * t.bk; }
+  KFLASH_IMPL_BF16_TARGET static void store_weights(std::uint16_t* p, const float* w, index_t n) {
+    narrow_bf16(w, p, n);
   }
 
   /// P's row r: zeros from key nk to the next step of pair_keys.
