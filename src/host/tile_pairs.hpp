@@ -61,7 +61,7 @@ struct TilePairs {
 
   KFLASH_IMPL_BF16_TARGET static void weights(const AttentionTile<float>& t, index_t r0, index_t g) {
     for (index_t r = r0; r < r0 + g; ++r) {
-      narrow_bf16(t.s + r * t.bk, t.p16 + r * t.bk, t.nk);
+      narrow_bf16(t.s + r * t.bk, weights_row(t, r), t.nk);
       pad_weights(t, r);
     }
   }
@@ -76,7 +76,7 @@ struct TilePairs {
   /// P's row r: zeros from key nk to the next step of pair_keys.
   static void pad_weights(const AttentionTile<float>& t, index_t r) {
     const index_t nk = keys_in_steps(t);
-    std::uint16_t* p = t.p16 + r * t.bk;
+    std::uint16_t* p = weights_row(t, r);
     for (index_t j = t.nk; j < nk; ++j) p[j] = 0;
   }
 
