@@ -141,6 +141,17 @@ struct Storage16Scope {
   ~Storage16Scope() { storage_rounding() = 0; }
 };
 
+/// Attention data (D = 64, one K/V head) rounded to H whose every query row scores about 100 with
+/// key 21 and about 200 with key `far`: q's first dimension 1, those keys' 800 and 1600.
+template <class H>
+AttnData<float> scores_far_apart(const AttnShape& s, unsigned seed, std::size_t far) {
+  AttnData<float> data = make_attn_data<float>(s, seed);
+  for (std::size_t r = 0; r < s.Hq * s.Nq; ++r) data.q[r * s.D] = 1;
+  data.k[21 * s.D] = 800;
+  data.k[far * s.D] = 1600;
+  return rounded16<H>(data);
+}
+
 template <class H>
 void half_attention_cases() {
   const Storage16Scope scope(rounding16<H>());
@@ -164,16 +175,21 @@ void half_attention_cases() {
   // below a tile's maximum by 88 or more overflow fp32, so the maxima that the bf16 products take as
   // they store the scores, and the rows' running maxima, must cover every column.
   {
-    AttnShape s{1, 2, 1, 20, 600, 64, 64};
-    AttnData<float> data = make_attn_data<float>(s, 109);
-    for (std::size_t r = 0; r < s.Hq * s.Nq; ++r) data.q[r * s.D] = 1;
-    data.k[21 * s.D] = 800;
-    data.k[305 * s.D] = 1600;
-    const auto a = rounded16<H>(data);
+    const auto a = scores_far_apart<H>(AttnShape{1, 2, 1, 20, 600, 64, 64}, 109, 305);
     for (const auto& opt : schedules(false))
       run_attention<float>(a, opt, false, type + " scores far apart", StoredAs16<H>());
     run_attention<float>(a, schedules(false)[1], false, type + " scores far apart without lse",
                          StoredAs16<H, false, CallAttentionWithoutLse>());
+    if (::testing::Test::HasFailure()) return;
+  }
+  // Causal blocks of 64 rows whose last tile ends on a whole step of 32 keys (Nq = Nk = 320: tiles
+  // of 64, 128, 192 and 256 keys with hidden ones, the first block's with no running maximum yet),
+  // with key 300 scoring about 200 and key 21 about 100: the rows that do not see them must keep
+  // them out of their maxima (the bf16 products may take each row's maximum over a whole tile).
+  {
+    const auto a = scores_far_apart<H>(AttnShape{1, 1, 1, 320, 320, 64, 64, true}, 111, 300);
+    for (const auto& opt : schedules(true))
+      run_attention<float>(a, opt, false, type + " causal diagonal tiles", StoredAs16<H>());
     if (::testing::Test::HasFailure()) return;
   }
   // Decode (a K/V head's 8 query rows: K read by rows), Dv != D (V padded), a block of one row, odd
