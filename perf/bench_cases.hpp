@@ -26,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #if KFLASH_BENCH_HAS_CBLAS
@@ -296,6 +297,45 @@ void limit_bandwidth(benchmark::State& state, const std::string& backend, int ki
   shared().measure_limit[key] = [kernel] { return kernel->best_rate(4); };
 }
 
+/// The sets of a case's arrays its timed calls take in turn (Rotation): together at least as large
+/// as the copy limit's two arrays, so that a case whose arrays fit the last-level cache streams them
+/// from memory, as the bandwidth it is a fraction of does, rather than from the cache (at most 64).
+template <class Exec>
+index_t rotated_sets(double bytes_per_set) {
+  const double floor = 2.0 * double(BandwidthKernel<Exec>::n) * sizeof(double);
+  const double sets = bytes_per_set > 0 ? std::ceil(floor / bytes_per_set) : 1.0;
+  return sets < 1 ? 1 : sets > 64 ? 64 : index_t(sets);
+}
+
+/// A case's Views in `sets` copies, each call of the case on the next (copies of the first Views,
+/// made once, outside the timed calls). The copies do not count as the case's extra memory.
+template <class... V>
+class Rotation {
+ public:
+  Rotation(index_t sets, const V&... first) : sets_(std::size_t(sets)) {
+    sets_[0] = std::make_tuple(first...);
+    for (std::size_t i = 1; i < sets_.size(); ++i) sets_[i] = std::make_tuple(copy(first)...);
+  }
+  index_t sets() const { return index_t(sets_.size()); }
+  /// The Views of the next call.
+  const std::tuple<V...>& next() {
+    const std::size_t i = call_;
+    call_ = (call_ + 1) % sets_.size();
+    return sets_[i];
+  }
+  const std::tuple<V...>& set(index_t i) const { return sets_[std::size_t(i)]; }
+
+ private:
+  template <class W>
+  static W copy(const W& w) {
+    W out(Kokkos::view_alloc(Kokkos::WithoutInitializing, w.label()), w.layout());
+    Kokkos::deep_copy(out, w);
+    return out;
+  }
+  std::vector<std::tuple<V...>> sets_;
+  std::size_t call_ = 0;
+};
+
 /// Arithmetic limit of a device: every thread runs `chains` independent multiply-add chains in
 /// registers, no memory traffic but one store per thread at the end. FLOP = 2 per multiply-add.
 template <class Exec, class T>
@@ -557,6 +597,9 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
                                                                     kind == RowKind::logsumexp ? 0 : cols);
   Kokkos::View<T*, mem> mx("max", rows), sm("sum", rows);
   fill_normal(x, 1);
+  using Rows = decltype(x);
+  Rotation<Rows, Rows> rotation(rotated_sets<Exec>(double(x.span() + y.span()) * sizeof(T)), x, y);
+  state.counters["sets"] = double(rotation.sets());
   const std::string key = backend + "/" + row_kind_name(kind) + "/" + type_name<T>() + "/" +
                           std::to_string(rows) + "x" + std::to_string(cols);
   constexpr bool half = kflash::impl::is_half_type<T>;  // 16-bit rows: kflash's call only
@@ -565,11 +608,12 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
       // SoftmaxStream fed x in tiles of stream_tile columns, then finalized in place; its speed-up is
       // against the one-shot kflash kernel of the same case.
       const double s = run_timed(state, exec, [&] {
-        kflash::SoftmaxStream<T, Exec> stream(exec, y);
+        const auto& [xc, yc] = rotation.next();
+        kflash::SoftmaxStream<T, Exec> stream(exec, yc);
         for (index_t c0 = 0; c0 < cols; c0 += stream_tile)
-          stream.update(exec, Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(c0, std::min(cols, c0 + stream_tile))),
+          stream.update(exec, Kokkos::subview(xc, Kokkos::ALL, Kokkos::make_pair(c0, std::min(cols, c0 + stream_tile))),
                         c0);
-        stream.finalize(exec, y, kind == RowKind::softmax ? kflash::Normalize::prob : kflash::Normalize::log_prob);
+        stream.finalize(exec, yc, kind == RowKind::softmax ? kflash::Normalize::prob : kflash::Normalize::log_prob);
       });
       const double bytes = double(rows) * cols * sizeof(T) * 2;
       set_rate(state, bytes, "GB/s");
@@ -581,8 +625,16 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
 #if KFLASH_BENCH_HAS_ONEDNN
   if (variant == onednn_variant) {
     if constexpr (onednn_has<T> && kflash::impl::ScheduleTraits<Exec>::is_host) {
-      OneDnnRows onednn(kind, rows, cols, onednn_type<T>, x.data(), y.data());
-      const double s = run_timed(state, exec, [&] { onednn(exec.concurrency()); });
+      std::vector<OneDnnRows> onednn;  // a primitive on each set's memory
+      onednn.reserve(std::size_t(rotation.sets()));
+      for (index_t i = 0; i < rotation.sets(); ++i)
+        onednn.emplace_back(kind, rows, cols, onednn_type<T>, std::get<0>(rotation.set(i)).data(),
+                            std::get<1>(rotation.set(i)).data());
+      index_t call = 0;
+      const double s = run_timed(state, exec, [&] {
+        onednn[std::size_t(call)](exec.concurrency());
+        call = (call + 1) % rotation.sets();
+      });
       set_rate(state, double(rows) * cols * sizeof(T) * 2, "GB/s");
       record_baseline(key, s, 0, "baseline_onednn");
     }
@@ -590,11 +642,12 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
   }
 #endif
   const double s = run_timed(state, exec, [&] {
+    const auto& [xc, yc] = rotation.next();
     if (variant != 0) {
-      if constexpr (!half) baseline_rows(exec, kind, variant, x, y, mx, sm);
-    } else if (kind == RowKind::softmax) kflash::softmax(exec, x, y);
-    else if (kind == RowKind::log_softmax) kflash::log_softmax(exec, x, y);
-    else kflash::logsumexp(exec, x, mx);
+      if constexpr (!half) baseline_rows(exec, kind, variant, xc, yc, mx, sm);
+    } else if (kind == RowKind::softmax) kflash::softmax(exec, xc, yc);
+    else if (kind == RowKind::log_softmax) kflash::log_softmax(exec, xc, yc);
+    else kflash::logsumexp(exec, xc, mx);
   });
   // Minimum traffic: one read and one write of the matrix (one read for logsumexp).
   const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 1 : 2);
@@ -636,27 +689,33 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
   fill_normal(x, 1);
   Kokkos::parallel_for("targets", Kokkos::RangePolicy<Exec>(exec, 0, rows),
                        KOKKOS_LAMBDA(index_t r) { targets(r) = (r * 7919) % cols; });
+  using Logits = decltype(x);
+  Rotation<Logits, Logits> rotation(rotated_sets<Exec>(double(x.span() + lp.span()) * sizeof(T)), x, lp);
+  state.counters["sets"] = double(rotation.sets());
   const std::string key = backend + "/cross_entropy/" + type_name<T>() + "/" + std::to_string(rows) + "x" +
                           std::to_string(cols);
   kflash::CrossEntropyOptions o;
   o.label_smoothing = variant == 2 ? 0.0 : 0.1;
   using member = typename Kokkos::TeamPolicy<Exec>::member_type;
   const double s = run_timed(state, exec, [&] {
+    const auto& set = rotation.next();
+    const Logits& xc = std::get<0>(set);
+    const Logits lpc = std::get<1>(set);  // a copy: the baseline's device lambda captures it
     if (variant != 1) {
-      kflash::cross_entropy(exec, x, targets, loss, o);
+      kflash::cross_entropy(exec, xc, targets, loss, o);
       return;
     }
     if constexpr (!kflash::impl::is_half_type<T>) {  // 16-bit logits: kflash's call only
-      kflash::log_softmax(exec, x, lp);
+      kflash::log_softmax(exec, xc, lpc);
       const T eps = T(o.label_smoothing);
       Kokkos::parallel_for("baseline::gather", Kokkos::TeamPolicy<Exec>(exec, int(rows), Kokkos::AUTO),
                            KOKKOS_LAMBDA(const member& t) {
                              const index_t r = t.league_rank();
                              T sum = 0;
                              Kokkos::parallel_reduce(Kokkos::TeamThreadRange(t, cols),
-                                                     [&](index_t j, T& acc) { acc += lp(r, j); }, sum);
+                                                     [&](index_t j, T& acc) { acc += lpc(r, j); }, sum);
                              Kokkos::single(Kokkos::PerTeam(t), [&] {
-                               loss(r) = -(1 - eps) * lp(r, targets(r)) - eps * sum / T(cols);
+                               loss(r) = -(1 - eps) * lpc(r, targets(r)) - eps * sum / T(cols);
                              });
                            });
     }
@@ -726,14 +785,19 @@ void row_backward_case(benchmark::State& state, const std::string& backend, RowK
   const std::string key = backend + "/" + row_kind_name(kind) + "_backward/" + type_name<T>() + "/" +
                           std::to_string(rows) + "x" + std::to_string(cols);
   const bool log_space = kind == RowKind::log_softmax;
+  using Rows = decltype(a);
+  Rotation<Rows, Rows, Rows> rotation(rotated_sets<Exec>(double(a.span() + dy.span() + dx.span()) * sizeof(T)), a, dy,
+                                      dx);
+  state.counters["sets"] = double(rotation.sets());
   const double s = run_timed(state, exec, [&] {
+    const auto& [ac, dyc, dxc] = rotation.next();
     if (variant == 0) {
-      if (kind == RowKind::softmax) kflash::softmax_backward(exec, a, dy, dx);
-      else if (kind == RowKind::log_softmax) kflash::log_softmax_backward(exec, a, dy, dx);
-      else kflash::logsumexp_backward(exec, a, lse, dlse, dx);
+      if (kind == RowKind::softmax) kflash::softmax_backward(exec, ac, dyc, dxc);
+      else if (kind == RowKind::log_softmax) kflash::log_softmax_backward(exec, ac, dyc, dxc);
+      else kflash::logsumexp_backward(exec, ac, lse, dlse, dxc);
       return;
     }
-    if constexpr (!kflash::impl::is_half_type<T>) baseline_row_backward(exec, log_space, a, dy, dx, sums);
+    if constexpr (!kflash::impl::is_half_type<T>) baseline_row_backward(exec, log_space, ac, dyc, dxc, sums);
   });
   const double bytes = double(rows) * cols * sizeof(T) * (kind == RowKind::logsumexp ? 2 : 3);
   set_rate(state, bytes, "GB/s");
@@ -775,19 +839,26 @@ void cross_entropy_backward_case(benchmark::State& state, const std::string& bac
   kflash::CrossEntropyOptions o;
   o.label_smoothing = 0.1;
   const A eps = A(o.label_smoothing);
+  using Logits = decltype(x);
+  Rotation<Logits, Logits, Logits> rotation(
+      rotated_sets<Exec>(double(x.span() + lp.span() + dlp.span()) * sizeof(T)), x, lp, dlp);
+  state.counters["sets"] = double(rotation.sets());
   // In place: each call overwrites x with a gradient that the next call takes as logits, whose
   // values stay moderate (|dlogits| <= 1 / rows), so the timing is of the same work throughout.
   const double s = run_timed(state, exec, [&] {
+    const auto& set = rotation.next();
+    const Logits& xc = std::get<0>(set);
+    const Logits lpc = std::get<1>(set), dlpc = std::get<2>(set);  // copies: the device lambda captures dlpc
     if (variant == 0) {
-      kflash::cross_entropy_backward(exec, x, targets, dloss, x, o, lse);
+      kflash::cross_entropy_backward(exec, xc, targets, dloss, xc, o, lse);
     } else if (variant == 2) {
-      kflash::cross_entropy_backward(exec, x, targets, dloss, x, o);
+      kflash::cross_entropy_backward(exec, xc, targets, dloss, xc, o);
     } else if constexpr (!half) {
       Kokkos::parallel_for("baseline::dlog_p", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {rows, cols}),
                            KOKKOS_LAMBDA(index_t r, index_t c) {
-                             dlp(r, c) = -dloss(r) * (eps / T(cols) + (c == targets(r) ? T(1) - eps : T(0)));
+                             dlpc(r, c) = -dloss(r) * (eps / T(cols) + (c == targets(r) ? T(1) - eps : T(0)));
                            });
-      kflash::log_softmax_backward(exec, lp, dlp, dlp);
+      kflash::log_softmax_backward(exec, lpc, dlpc, dlpc);
     }
   });
   const double bytes = double(rows) * cols * sizeof(T) * 2;  // one read and one write of the logits
