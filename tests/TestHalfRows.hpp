@@ -102,7 +102,8 @@ void check_half_rows() {
   // spread so that outputs cover many binades.
   check_half_matrix<H, Kokkos::LayoutRight>(1, 1, halves<H>({0.5f}), "single");
   check_half_matrix<H, Kokkos::LayoutRight>(37, 19, halves<H>(normal_values<float>(37 * 19, 11, 3.0)), "short");
-  check_half_matrix<H, Kokkos::LayoutRight>(40, 700, halves<H>(normal_values<float>(40 * 700, 16, 3.0)), "grouped");
+  check_half_matrix<H, Kokkos::LayoutRight>(41, 700, halves<H>(normal_values<float>(41 * 700, 16, 3.0)), "grouped");
+  check_half_matrix<H, Kokkos::LayoutRight>(9, 200, halves<H>(normal_values<float>(9 * 200, 17, 3.0)), "one tile");
   constexpr std::size_t short_row = kflash::impl::HostTraits::short_row;
   check_half_matrix<H, Kokkos::LayoutRight>(10, short_row, halves<H>(normal_values<float>(10 * short_row, 21, 3.0)),
                                             "grouped, the longest");

@@ -207,7 +207,7 @@ void run_rows(const RowBlock<T, B>& blk) {
   // logsumexp's of any length (one at a time when long; no weights kept).
   const bool widened = !std::is_same<T, B>::value;
   if (n <= HostTraits::tile || (widened && (blk.op != RowOp::softmax || n <= HostTraits::short_row))) {
-    const index_t group = short_rows_group(n);
+    const index_t group = short_rows_group(blk.op, n);
     for (index_t r = 0; r < blk.rows; r += group)
       short_rows<T, VB, B, A>(blk, r, blk.rows - r < group ? blk.rows - r : group);
     return;

@@ -13,10 +13,16 @@ namespace kflash::impl::host::internal {
 
 /// The rows short_rows takes at a time: short_group, fewer where rows are longer than a tile, so
 /// that the group's widened rows fit its buffer of short_group tiles (one where even one does not:
-/// log_softmax's and logsumexp's rows, which keep no weights).
-constexpr index_t short_rows_group(index_t n) {
-  constexpr index_t group = HostTraits::short_group;
-  return n <= HostTraits::tile ? group : n >= group * HostTraits::tile ? 1 : group * HostTraits::tile / n;
+/// log_softmax's and logsumexp's rows, which keep no weights). softmax's groups hold at most
+/// HostTraits::short_softmax_elements elements, or two rows where one row holds no more than that
+/// (two rows' chains of dependent operations overlap), or one longer row.
+constexpr index_t short_rows_group(RowOp op, index_t n) {
+  constexpr index_t group = HostTraits::short_group, weights = HostTraits::short_softmax_elements;
+  const index_t buffered =
+      n <= HostTraits::tile ? group : n >= group * HostTraits::tile ? 1 : group * HostTraits::tile / n;
+  if (op != RowOp::softmax || n * buffered <= weights) return buffered;
+  const index_t by_weights = n > weights ? 1 : weights / n < 2 ? 2 : weights / n;
+  return by_weights < buffered ? by_weights : buffered;
 }
 
 /// The maximum of a row of n values of a group whose maxima are taken one after another: rows of at
@@ -44,8 +50,8 @@ void write_pass_ahead(const X* x, Y* y, index_t n, const F& f, const P* ahead, b
   if (stream) Stream<T, VB>::fence();
 }
 
-/// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.cols)), as in the file's comment: their
-/// maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
+/// Rows [r0, r0 + g) of blk (g <= short_rows_group(blk.op, blk.cols)), as in the file's comment:
+/// their maxima, then their weights' sums (softmax's weights go to y, or to a float buffer for 16-bit
 /// rows; 16-bit rows longer than a tile take both in one pass, below), then their states, then
 /// the logs that logsumexp and log_softmax need, taken together in vectors (log_of_total), then
 /// their outputs. Each step's chains of dependent operations are short, and the rows' chains

@@ -90,8 +90,12 @@ struct HostTraits : CommonTraits {
   /// ... and at least this many rows where there are enough for every thread: the kernels run the
   /// write pass of one long row beside the state pass of the next.
   static constexpr index_t item_rows = 8;
-  /// Rows of at most one tile are taken this many at a time (their logs in vectors).
+  /// Rows of at most one tile are taken this many at a time (their logs in vectors)...
   static constexpr index_t short_group = 16;
+  /// ... softmax's fewer where they would hold more than this many elements (short_rows_group):
+  /// the group's weights (in y, or in float for 16-bit rows) are written and read back, and stay in
+  /// the L1 cache beside the rows while the next rows stream in.
+  static constexpr index_t short_softmax_elements = 1024;
   /// 16-bit rows up to this long go the way of rows of one tile, fewer at a time (down to one):
   /// one pass over each whole row against a guess of its maximum costs less than a tile loop's
   /// per-tile work. The most short_rows' buffer of short_group tiles holds (softmax's weights of a
