@@ -196,11 +196,12 @@ void half_attention_cases() {
   // D, Dv and Nk (bf16 pairs padded with zeros). K and V read in place (bf16 pairs formed in
   // registers): 3 and 5 rows a block, D past the last 32 values (odd, and even), odd Nk (a last key
   // without its pair), several 32-column strips of V, and Dv past its last whole strip (80, odd 45,
-  // 8: V's last columns loaded through a mask).
+  // 8: V's last columns loaded through a mask). D = 128 and 8 query rows over three tiles of keys:
+  // every row's 32 chunks of 4 values laid out in lanes, P's rows a whole tile apart.
   for (const AttnShape& s :
-       {AttnShape{1, 8, 1, 1, 300, 64, 64}, AttnShape{1, 2, 2, 33, 90, 32, 40}, AttnShape{1, 1, 1, 1, 5, 8, 8},
-        AttnShape{1, 2, 1, 40, 77, 33, 17}, AttnShape{1, 6, 2, 1, 301, 45, 96}, AttnShape{1, 5, 1, 1, 71, 100, 32},
-        AttnShape{1, 4, 1, 1, 97, 64, 80}, AttnShape{1, 3, 1, 1, 50, 40, 45}}) {
+       {AttnShape{1, 8, 1, 1, 300, 64, 64}, AttnShape{1, 8, 1, 1, 530, 128, 128}, AttnShape{1, 2, 2, 33, 90, 32, 40},
+        AttnShape{1, 1, 1, 1, 5, 8, 8}, AttnShape{1, 2, 1, 40, 77, 33, 17}, AttnShape{1, 6, 2, 1, 301, 45, 96},
+        AttnShape{1, 5, 1, 1, 71, 100, 32}, AttnShape{1, 4, 1, 1, 97, 64, 80}, AttnShape{1, 3, 1, 1, 50, 40, 45}}) {
     const auto a = rounded16<H>(make_attn_data<float>(s, 103));
     for (const auto& opt : schedules(false)) run_attention<float>(a, opt, false, type + " decode", StoredAs16<H>());
   }

@@ -5,6 +5,7 @@
 #include "pair_gemm.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 #include <kflash/impl/host/host_kernels.hpp>
 
@@ -83,11 +84,11 @@ KFLASH_IMPL_BF16_TARGET inline void rows_nt(const std::uint16_t* a, index_t lda,
 
 /// rows_nt for at most lane_rows rows of a and K a multiple of 4 (decode's query rows of a GQA
 /// group against K's rows in place), with no sum across a vector's lanes: lanes 2r and 2r + 1 of
-/// a vector hold row r's pairs 2p and 2p + 1 (its 4 values from 4p, `chunk` p, gathered once per
-/// call), each key's chunk p is broadcast to every lane pair, and each of 8 keys at a time has an
-/// accumulator. A key's score of row r is the sum of its lanes 2r and 2r + 1: 8 keys' sums are
-/// laid out by rows with 16 shuffles and adds (rows_nt sums each product's 16 lanes by a tree,
-/// about 3 vector operations a product).
+/// a vector hold row r's pairs 2p and 2p + 1 (its 4 values from 4p, `chunk` p, laid out once per
+/// call by chunk_lanes), each key's chunk p is broadcast to every lane pair, and each of 8 keys at
+/// a time has an accumulator. A key's score of row r is the sum of its lanes 2r and 2r + 1: 8
+/// keys' sums are laid out by rows with 16 shuffles and adds (rows_nt sums each product's 16 lanes
+/// by a tree, about 3 vector operations a product).
 struct LaneRowsNt {
   static constexpr index_t lane_rows = 8;
   static constexpr index_t max_chunks = 64;  // K up to 256
@@ -102,12 +103,7 @@ struct LaneRowsNt {
                                                                       index_t next_rows) {
     const index_t chunks = K / 4;
     alignas(64) __m512i q[max_chunks];
-    const __mmask8 rows = __mmask8((1u << M) - 1);
-    const long long row_bytes = 2 * lda;
-    const __m512i offsets = _mm512_setr_epi64(0, row_bytes, 2 * row_bytes, 3 * row_bytes, 4 * row_bytes, 5 * row_bytes,
-                                              6 * row_bytes, 7 * row_bytes);
-    for (index_t p = 0; p < chunks; ++p)
-      q[p] = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), rows, offsets, a + 4 * p, 1);
+    for (index_t p = 0; p < chunks; p += 8) chunk_lanes(a, lda, M, p, chunks - p < 8 ? chunks - p : 8, q + p);
     if (next == nullptr) next_rows = 0;
     index_t j = 0;
     for (; j + 8 <= N; j += 8) {
@@ -119,6 +115,39 @@ struct LaneRowsNt {
       for (index_t k = 0; k < N - j; ++k)
         for (index_t d = 0; d < K; ++d) rest[k * K + d] = b[(j + k) * ldb + d];
       block(q, chunks, rest, K, c + j, ldc, M, N - j, scale, nullptr, 0);
+    }
+  }
+
+  /// q[c], c < 8: chunk p + c of a's rows in its lane pairs (rows from M on, and chunks from `count`
+  /// on, zeros). A transpose of 8 x 8 chunks in registers: each row's chunks load as one vector
+  /// (gathering each q[c] from the rows took several times longer per call).
+  KFLASH_IMPL_BF16_TARGET static void chunk_lanes(const std::uint16_t* a, index_t lda, index_t M, index_t p,
+                                                  index_t count, __m512i* q) {
+    const __mmask8 valid = __mmask8((1u << count) - 1);
+    __m512i row[8];
+    for (index_t r = 0; r < 8; ++r)
+      row[r] = r < M ? _mm512_maskz_loadu_epi64(valid, a + r * lda + 4 * p) : _mm512_setzero_si512();
+    // 128-bit block i of even[h] (odd[h]): chunks 2i (2i + 1) of rows 2h and 2h + 1. (The
+    // zero-masking forms with every lane set are the plain instructions; the plain intrinsics start
+    // from an undefined vector that GCC 12 warns about.)
+    constexpr __mmask8 all = 0xff;
+    __m512i even[4], odd[4];
+    for (int h = 0; h < 4; ++h) {
+      even[h] = _mm512_maskz_unpacklo_epi64(all, row[2 * h], row[2 * h + 1]);
+      odd[h] = _mm512_maskz_unpackhi_epi64(all, row[2 * h], row[2 * h + 1]);
+    }
+    // Blocks 0, 2 (0x88) or 1, 3 (0xDD) of two vectors, then the same of the results: four rows'
+    // pairs of blocks, then all four pairs of rows of one chunk.
+    for (int s = 0; s < 2; ++s) {
+      const __m512i* v = s == 0 ? even : odd;
+      const __m512i b0 = _mm512_maskz_shuffle_i64x2(all, v[0], v[1], 0x88);
+      const __m512i b1 = _mm512_maskz_shuffle_i64x2(all, v[0], v[1], 0xDD);
+      const __m512i b2 = _mm512_maskz_shuffle_i64x2(all, v[2], v[3], 0x88);
+      const __m512i b3 = _mm512_maskz_shuffle_i64x2(all, v[2], v[3], 0xDD);
+      q[s + 0] = _mm512_maskz_shuffle_i64x2(all, b0, b2, 0x88);
+      q[s + 4] = _mm512_maskz_shuffle_i64x2(all, b0, b2, 0xDD);
+      q[s + 2] = _mm512_maskz_shuffle_i64x2(all, b1, b3, 0x88);
+      q[s + 6] = _mm512_maskz_shuffle_i64x2(all, b1, b3, 0xDD);
     }
   }
 
@@ -197,9 +226,12 @@ struct PairColumns {
 };
 
 /// acc[r] += the weights of rows r of a at keys 0 and 1 times the pairs of x (key 0) and y (key 1).
-template <int R>
-KFLASH_IMPL_BF16_TARGET inline void rows_pairs_step(const std::uint16_t* a, index_t lda, const __m512i& x,
+/// LDA: a's row stride as a constant (0: lda), so that the rows' weights load at offsets from one
+/// pointer.
+template <int R, index_t LDA>
+KFLASH_IMPL_BF16_TARGET inline void rows_pairs_step(const std::uint16_t* a, index_t lda_given, const __m512i& x,
                                                     const __m512i& y, __m512 (&acc)[R][2]) {
+  const index_t lda = LDA > 0 ? LDA : lda_given;
   const __m512i low = _mm512_unpacklo_epi16(x, y), high = _mm512_unpackhi_epi16(x, y);
   for (int r = 0; r < R; ++r) {
     __m512i w;
@@ -220,7 +252,7 @@ KFLASH_IMPL_BF16_TARGET inline __m512i value_row(const std::uint16_t* b, __mmask
 
 /// R rows by 32 columns of rows_pairs (b's first `valid` columns where not Whole: the others add
 /// zeros), asking for the lines next + k next_ld, k in [0, next_rows).
-template <int R, bool Whole>
+template <int R, bool Whole, index_t LDA>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
                                                      index_t ldb, float* c, index_t ldc, index_t K, __mmask32 valid,
                                                      const std::uint16_t* next, index_t next_ld, index_t next_rows) {
@@ -236,11 +268,11 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
     if (k < next_rows) prefetch_l2(next + k * next_ld);
     if (k + 1 < next_rows) prefetch_l2(next + (k + 1) * next_ld);
     const __m512i x = value_row<Whole>(b + k * ldb, valid), y = value_row<Whole>(b + (k + 1) * ldb, valid);
-    rows_pairs_step<R>(a + k, lda, x, y, acc);
+    rows_pairs_step<R, LDA>(a + k, lda, x, y, acc);
   }
   if (k < K) {  // the last key alone: its partner's weight is zero, its values zeros (not read)
     const __m512i x = value_row<Whole>(b + k * ldb, valid), y = _mm512_setzero_si512();
-    rows_pairs_step<R>(a + k, lda, x, y, acc);
+    rows_pairs_step<R, LDA>(a + k, lda, x, y, acc);
   }
   for (int r = 0; r < R; ++r) {
     _mm512_storeu_ps(c + r * ldc, _mm512_permutex2var_ps(acc[r][0], order.back0, acc[r][1]));
@@ -249,18 +281,18 @@ KFLASH_IMPL_BF16_TARGET inline void rows_pairs_block(const std::uint16_t* a, ind
 }
 
 /// rows_pairs for the M rows of a 32-column strip: blocks of R rows, the rest by halves.
-template <int R, bool Whole>
+template <int R, bool Whole, index_t LDA>
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs_strip(const std::uint16_t* a, index_t lda, const std::uint16_t* b,
                                                      index_t ldb, float* c, index_t ldc, index_t M, index_t K,
                                                      __mmask32 valid, const std::uint16_t* next, index_t next_ld,
                                                      index_t next_rows) {
   index_t i = 0;
   for (; i + R <= M; i += R, next_rows = 0)
-    rows_pairs_block<R, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, valid, next, next_ld, next_rows);
+    rows_pairs_block<R, Whole, LDA>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, K, valid, next, next_ld, next_rows);
   if constexpr (R > 1)
     if (i < M)
-      rows_pairs_strip<R / 2, Whole>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, valid, next, next_ld,
-                                     next_rows);
+      rows_pairs_strip<R / 2, Whole, LDA>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, M - i, K, valid, next,
+                                          next_ld, next_rows);
 }
 
 /// The strips of rows_pairs past b's last whole 32 columns, kept out of line: inlined beside the
@@ -270,8 +302,8 @@ __attribute__((noinline)) KFLASH_IMPL_BF16_TARGET inline void rows_pairs_tail(
     index_t N, index_t cols, index_t K, index_t j, const std::uint16_t* next, index_t next_rows) {
   for (; j < N; j += 32) {
     const __mmask32 valid = j < cols ? __mmask32((1u << (cols - j)) - 1) : 0;
-    rows_pairs_strip<HostTraits::dot_rows, false>(a, lda, b + j, ldb, c + j, ldc, M, K, valid, next + j, ldb,
-                                                  next_rows);
+    rows_pairs_strip<HostTraits::dot_rows, false, 0>(a, lda, b + j, ldb, c + j, ldc, M, K, valid, next + j, ldb,
+                                                     next_rows);
   }
 }
 
@@ -280,17 +312,24 @@ __attribute__((noinline)) KFLASH_IMPL_BF16_TARGET inline void rows_pairs_tail(
 /// asked for into L2 as the strips go: where they lie end to end (ldb == cols, whole strips), in
 /// address order, strip s the lines from s next_rows on (a strip's own columns of each row, 256 or
 /// more bytes apart, were about 15 % slower to stream from memory); otherwise each strip its
-/// columns of each row.
+/// columns of each row. a's rows block_k_bf16 apart (the attention tiles' weights, P) take that
+/// stride as a constant (rows_pairs_step).
 KFLASH_IMPL_BF16_TARGET inline void rows_pairs(const std::uint16_t* a, index_t lda, const std::uint16_t* b, index_t ldb,
                                                float* c, index_t ldc, index_t M, index_t N, index_t cols, index_t K,
                                                const std::uint16_t* next, index_t next_rows) {
   if (next == nullptr) next = b, next_rows = 0;
   const bool end_to_end = ldb == cols && cols % 32 == 0;
-  index_t j = 0;
-  for (; j + 32 <= cols; j += 32)
-    rows_pairs_strip<HostTraits::dot_rows, true>(a, lda, b + j, ldb, c + j, ldc, M, K, 0,
-                                                 end_to_end ? next + j * next_rows : next + j, end_to_end ? 32 : ldb,
-                                                 next_rows);
+  const auto whole_strips = [&](auto lda_constant) {
+    constexpr index_t L = decltype(lda_constant)::value;
+    index_t j = 0;
+    for (; j + 32 <= cols; j += 32)
+      rows_pairs_strip<HostTraits::dot_rows, true, L>(a, lda, b + j, ldb, c + j, ldc, M, K, 0,
+                                                      end_to_end ? next + j * next_rows : next + j,
+                                                      end_to_end ? 32 : ldb, next_rows);
+    return j;
+  };
+  using Tiles = std::integral_constant<index_t, HostTraits::block_k_bf16>;
+  const index_t j = lda == Tiles::value ? whole_strips(Tiles{}) : whole_strips(std::integral_constant<index_t, 0>{});
   if (j < N) rows_pairs_tail(a, lda, b, ldb, c, ldc, M, N, cols, K, j, next, next_rows);
 }
 #endif
