@@ -58,9 +58,10 @@ inline Shared& shared() {
   return s;
 }
 
-/// Times f between fences for every iteration; returns seconds per call. On devices, where a fence
-/// costs tens of microseconds, an iteration makes enough calls of f to last about a millisecond
-/// (as many as the warm-up call says) and counts their mean.
+/// Times f between fences for every iteration; returns the mean seconds per call, and keeps the
+/// median iteration's in the counter "median_s" (median_call). On devices, where a fence costs tens
+/// of microseconds, an iteration makes enough calls of f to last about a millisecond (as many as the
+/// warm-up call says) and counts their mean.
 template <class Exec, class F>
 double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
   exec.fence();
@@ -71,6 +72,8 @@ double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
   int calls = 1;
   if (!kflash::impl::ScheduleTraits<Exec>::is_host && warm < 1e-3) calls = warm > 1e-5 ? int(1e-3 / warm) + 1 : 100;
   double total = 0;
+  std::vector<double> times;
+  times.reserve(std::size_t(std::min<benchmark::IterationCount>(state.max_iterations, 1 << 20)));
   for (auto _ : state) {
     exec.fence();
     const auto t0 = std::chrono::steady_clock::now();
@@ -79,9 +82,23 @@ double run_timed(benchmark::State& state, const Exec& exec, F&& f) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
     state.SetIterationTime(s);
     total += s;
+    times.push_back(s);
   }
   state.counters["calls_per_fence"] = calls;
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    const std::size_t n = times.size();
+    state.counters["median_s"] = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  }
   return state.iterations() > 0 ? total / double(state.iterations()) : 0;
+}
+
+/// The seconds of run_timed's median call, or `mean` where it kept none. Limits and fractions use
+/// it: on a shared machine a few calls take several times the others (other work on the cores),
+/// which moves a mean by tens of percent from run to run but not the median.
+inline double median_call(const benchmark::State& state, double mean) {
+  const auto it = state.counters.find("median_s");
+  return it != state.counters.end() && it->second.value > 0 ? double(it->second.value) : mean;
 }
 
 /// Rate counter (units per second) plus the label naming its unit.
@@ -108,14 +125,15 @@ inline double case_limit(const std::string& limit_key) {
   return l == sh.limit.end() ? 0.0 : l->second;
 }
 
-/// Fraction of the limit `limit_key` (counter "limit": the value it divides by), speed-up over the
-/// baseline of `case_key`, extra memory.
-inline void set_relative(benchmark::State& state, const std::string& limit_key, double units_per_second,
+/// Fraction of the limit `limit_key` (counter "limit": the value it divides by) reached by the
+/// median call doing `units` of work (median_call), speed-up over the baseline of `case_key` by the
+/// mean `seconds` of both, extra memory.
+inline void set_relative(benchmark::State& state, const std::string& limit_key, double units,
                          const std::string& case_key, double seconds, double extra_bytes) {
   auto& sh = shared();
-  if (const double limit = case_limit(limit_key); limit > 0) {
+  if (const double limit = case_limit(limit_key); limit > 0 && seconds > 0) {
     state.counters["limit"] = limit;
-    state.counters["frac_of_limit"] = units_per_second / limit;
+    state.counters["frac_of_limit"] = units / median_call(state, seconds) / limit;
   }
   if (sh.baseline_seconds.count(case_key) && seconds > 0)
     state.counters["speedup_vs_baseline"] = sh.baseline_seconds[case_key] / seconds;
@@ -293,7 +311,7 @@ void limit_bandwidth(benchmark::State& state, const std::string& backend, int ki
   const double s = run_timed(state, exec, [&] { (*kernel)(exec, stores); });
   set_rate(state, kernel->bytes(), "GB/s");
   const std::string key = backend + (kind == 0 ? "/read_bw" : kind == 1 ? "/copy_bw" : "/triad_bw");
-  shared().limit[key] = kernel->bytes() / s;
+  shared().limit[key] = kernel->bytes() / median_call(state, s);
   shared().measure_limit[key] = [kernel] { return kernel->best_rate(4); };
 }
 
@@ -359,7 +377,7 @@ void limit_fma(benchmark::State& state, const std::string& backend) {
   });
   const double flops = 2.0 * double(threads) * chains * iterations;
   set_rate(state, flops, "GFLOP/s");
-  shared().limit[backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")] = flops / s;
+  shared().limit[backend + (sizeof(T) == 4 ? "/fma_fp32" : "/fma_fp64")] = flops / median_call(state, s);
 }
 
 #if KFLASH_BENCH_HAS_HOST_PEAK
@@ -389,7 +407,7 @@ void limit_host_peak(benchmark::State& state, const std::string& backend, int by
   shared().limit[backend + (kind == HostPeak::amx_bf16   ? "/amx_bf16"
                             : kind == HostPeak::bf16_dot ? "/bf16_dot"
                             : bytes == 4                 ? "/fma_fp32"
-                                                         : "/fma_fp64")] = total / s;
+                                                         : "/fma_fp64")] = total / median_call(state, s);
 }
 #endif
 
@@ -406,7 +424,7 @@ void limit_gemm(benchmark::State& state, const std::string& backend, int threads
   const double flops = 2.0 * n * double(n) * n;
   set_rate(state, flops, "GFLOP/s");
   shared().limit[backend + (sizeof(T) == 4 ? "/sgemm" : "/dgemm") + (n == 2048 ? "" : "_" + std::to_string(n))] =
-      flops / s;
+      flops / median_call(state, s);
 }
 #endif
 
@@ -617,7 +635,7 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
       });
       const double bytes = double(rows) * cols * sizeof(T) * 2;
       set_rate(state, bytes, "GB/s");
-      set_relative(state, backend + "/copy_bw", bytes / s, key + "/one-shot", s,
+      set_relative(state, backend + "/copy_bw", bytes, key + "/one-shot", s,
                    double(rows) * sizeof(kflash::SoftmaxState<T>));
       return;
     }
@@ -665,7 +683,7 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
       extra += double(exec.concurrency()) *
                double(kflash::impl::host::plan_host_rows<T>(kflash::impl::RowOp::softmax, plan).weights_bytes);
   }
-  set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes / s, key, s, extra);
+  set_relative(state, backend + (kind == RowKind::logsumexp ? "/read_bw" : "/copy_bw"), bytes, key, s, extra);
   set_work(state, row_ops(kind) * double(rows) * double(cols), bytes);
   record_baseline(key + "/one-shot", s, extra, "kflash");
 }
@@ -729,7 +747,7 @@ void cross_entropy_case(benchmark::State& state, const std::string& backend, ind
   using Traits = kflash::impl::ScheduleTraits<Exec>;
   const auto plan = kflash::impl::plan_rows<A, Traits>(exec, rows, cols);
   // The baseline smooths: no speedup over it is reported without smoothing (a key it has not recorded).
-  set_relative(state, backend + "/read_bw", bytes / s, variant == 2 ? key + "/without_smoothing" : key, s,
+  set_relative(state, backend + "/read_bw", bytes, variant == 2 ? key + "/without_smoothing" : key, s,
                double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<A>));
   set_work(state, row_ops(RowKind::logsumexp) * double(rows) * double(cols), bytes);
 }
@@ -805,7 +823,7 @@ void row_backward_case(benchmark::State& state, const std::string& backend, RowK
     record_baseline(key, s, double(rows) * sizeof(T), "baseline_2pass");
     return;
   }
-  set_relative(state, backend + (kind == RowKind::logsumexp ? "/copy_bw" : "/triad_bw"), bytes / s, key, s, 0);
+  set_relative(state, backend + (kind == RowKind::logsumexp ? "/copy_bw" : "/triad_bw"), bytes, key, s, 0);
   set_work(state, 3 * double(rows) * double(cols), bytes);
 }
 
@@ -869,7 +887,7 @@ void cross_entropy_backward_case(benchmark::State& state, const std::string& bac
   }
   using Traits = kflash::impl::ScheduleTraits<Exec>;
   const auto plan = kflash::impl::plan_rows<A, Traits>(exec, rows, cols);
-  set_relative(state, backend + "/copy_bw", bytes / s, key, s,
+  set_relative(state, backend + "/copy_bw", bytes, key, s,
                variant == 2 ? double(plan.rows * plan.chunks) * sizeof(kflash::impl::LogitStats<A>) : 0);
   set_work(state, 4 * double(rows) * double(cols), bytes);
 }
@@ -1138,11 +1156,11 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
     peak = backend + "/bf16_dot";
 #endif
   const std::string limit = c.decode ? backend + "/read_bw" : !host || KFLASH_BENCH_HAS_HOST_PEAK ? peak : gemm;
-  set_relative(state, limit, (c.decode ? bytes : flops) / s, key, s, extra);
+  set_relative(state, limit, c.decode ? bytes : flops, key, s, extra);
   set_work(state, flops,
            (2.0 * c.B * c.H * double(c.Nq) * c.D + 2.0 * c.B * c.Hk * double(c.Nk) * c.D) * sizeof(T));  // Q, O, K, V once
   if (host && !c.decode && shared().limit.count(gemm) && shared().limit[gemm] > 0)
-    state.counters["frac_of_blas_gemm"] = flops / s / shared().limit[gemm];
+    state.counters["frac_of_blas_gemm"] = flops / median_call(state, s) / shared().limit[gemm];
 }
 
 /// attention_backward after one forward of case c (dense layout; its options as attention_case's):
@@ -1217,7 +1235,7 @@ void attention_backward_case(benchmark::State& state, const std::string& backend
   const auto packs = kflash::impl::host::BackwardPacks::of<T, mem>(plan);
   const double bl = double(HT::backward_block), tile_values = 2 * bl * double(packs.dp) + 2 * bl * bl;
   const double host_extra = host ? double(packs.bytes) + double(exec.concurrency()) * tile_values * sizeof(T) : 0;
-  set_relative(state, limit, flops / s, key, s, double(c.B) * c.H * double(c.Nq) * sizeof(T) + host_extra);
+  set_relative(state, limit, flops, key, s, double(c.B) * c.H * double(c.Nq) * sizeof(T) + host_extra);
   set_work(state, flops, (5.0 * c.B * c.H * double(c.Nq) + 4.0 * c.B * c.Hk * double(c.Nk)) * c.D * sizeof(T));
 }
 

@@ -361,14 +361,16 @@ void print_table(const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
                 variant == "kflash" ? extra.c_str() : "");
   }
   std::printf(
-      "\nrate: GB/s of minimum traffic (softmax/log_softmax 1 read + 1 write, logsumexp 1 read, decode K and V\n"
-      "read once; their gradients 2 reads + 1 write, logsumexp's and cross-entropy's 1 read + 1 write) or\n"
-      "GFLOP/s (attention 4 B H D times the visible pairs). of limit: against copy bandwidth (softmax,\n"
-      "log_softmax, logsumexp_backward, cross_entropy_backward), triad bandwidth (softmax_backward,\n"
+      "\ntime and rate: the mean of the timed calls. rate: GB/s of minimum traffic (softmax/log_softmax 1 read\n"
+      "+ 1 write, logsumexp 1 read, decode K and V read once; their gradients 2 reads + 1 write, logsumexp's\n"
+      "and cross-entropy's 1 read + 1 write) or GFLOP/s (attention 4 B H D times the visible pairs). of\n"
+      "limit: the median call (JSON counter 'median_s') against copy bandwidth (softmax, log_softmax,\n"
+      "logsumexp_backward, cross_entropy_backward), triad bandwidth (softmax_backward,\n"
       "log_softmax_backward), read bandwidth (logsumexp, decode) or, for attention, the multiply-add peak\n"
       "(fma_fp32/fp64: independent chains in registers on every thread, per instruction set on the host),\n"
-      "measured in this run: the peaks above, a bandwidth again right after each case (the machine's\n"
-      "bandwidth drifts; the JSON counter 'limit' has the value used). The JSON also has host attention\n"
+      "measured in this run: the peaks above by their median call, a bandwidth again right after each\n"
+      "case (the best of 4 calls: the machine's bandwidth drifts; the JSON counter 'limit' has the value\n"
+      "used). The JSON also has host attention\n"
       "against sgemm/dgemm 2048^3 through OpenBLAS with the same threads (frac_of_blas_gemm). speed-up: over\n"
       "the fastest baseline of the same case, named under 'over' (kflash_stream*: over kflash's one-shot\n"
       "kernel; the stream's tiles are read, written and read again). extra MiB: kflash workspace, host\n"
@@ -468,7 +470,8 @@ int check_limits(const std::set<std::string>& backends, const std::string& only)
 
 /// --check-json: a results.json this program wrote is well formed: a context with at least one
 /// limit, every limit valid, and every benchmark named, timed, and, where it has one, with a valid
-/// 'limit' counter. Returns the exit status.
+/// 'limit' counter; one with a fraction of its limit also with the median call it divides. Returns
+/// the exit status.
 int check_json(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read " + path);
@@ -491,6 +494,9 @@ int check_json(const std::string& path) {
             name + ": real_time is not positive");
     if (b.contains("limit"))
       require(b.at("limit").is_number() && valid_limit(b.at("limit").get<double>()), name + ": limit is not positive");
+    if (b.contains("frac_of_limit"))
+      require(b.contains("median_s") && b.at("median_s").is_number() && valid_limit(b.at("median_s").get<double>()),
+              name + ": median_s, the call its fraction divides, is missing or not positive");
   }
   std::printf("%s: %zu limits, %zu benchmarks, %s\n", path.c_str(), limits.size(), benchmarks.size(),
               bad ? "MALFORMED" : "well formed");
