@@ -145,6 +145,21 @@ void check_half_rows() {
     if (::testing::Test::HasFatalFailure()) return;
   }
 
+  // One value above the rest of its row by 8, 12 or 20 (the others of standard deviation 1/8), so
+  // that log_softmax's output at the maximum, -log l, is 2e-2 down to 1e-7 (rows of 64), where a
+  // bf16 or fp16 unit is that small too: on AVX-512, log_softmax's 16-bit rows of at most a tile
+  // take their sums by softmax's shorter exp, whose error must stay relative to log l. Rows of 64,
+  // 300 and a tile + 100 (one pass against a guess, float's exp).
+  for (std::size_t n : {std::size_t(64), std::size_t(300), tile + 100}) {
+    std::vector<float> peaked = normal_values<float>(3 * n, 23, 1.0);
+    for (float& v : peaked) v /= 8;
+    peaked[n / 3] = 8.0f;
+    peaked[n + n - 1] = 12.0f;
+    peaked[2 * n + 5] = 20.0f;
+    check_half_matrix<H, Kokkos::LayoutRight>(3, n, halves<H>(peaked), "one value above the rest");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+
   // Host tiles kept against a running maximum they exceed, their weights above 1, in rows through
   // softmax's tile loop (longer than short_row): row 0's last eight tiles each 15 above the last,
   // row 1's second tile 12 above the first and a maximum 95 above it at the end. The early tiles'

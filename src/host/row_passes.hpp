@@ -195,14 +195,15 @@ void scale_pass_beside(const StatePass<T, VB, B, A>& done, B* y, bool stream, St
 }
 
 /// Whole rows (rows stored as 16-bit B read widened as they load; softmax's weights of their rows
-/// longer than a tile recomputed or in blk.weights). A: the accuracy of softmax's weights (the other
-/// ops take ExpAccuracy::full: their sums are outputs too).
+/// longer than a tile recomputed or in blk.weights). A: the accuracy of the exp that softmax's
+/// weights and, in rows of at most a tile, log_softmax's sums take (short_exp_takes); the other rows
+/// take ExpAccuracy::full.
 template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void run_rows(const RowBlock<T, B>& blk) {
-  if constexpr (A != ExpAccuracy::full) {
-    if (blk.op != RowOp::softmax) return run_rows<T, VB, B>(blk);
-  }
   const index_t n = blk.cols;
+  if constexpr (A != ExpAccuracy::full) {
+    if (!short_exp_takes(blk.op, n)) return run_rows<T, VB, B>(blk);
+  }
   // 16-bit rows: softmax's up to short_row (its weights in short_rows' buffer), log_softmax's and
   // logsumexp's of any length (one at a time when long; no weights kept).
   const bool widened = !std::is_same<T, B>::value;

@@ -25,6 +25,18 @@ constexpr index_t short_rows_group(RowOp op, index_t n) {
   return by_weights < buffered ? by_weights : buffered;
 }
 
+/// Whether op's rows of n 16-bit values take an exp shorter than float's where their 16-bit outputs
+/// allow it (ExpAccuracy; the accuracy is the caller's). softmax's weights: each is an output alone.
+/// log_softmax's sums in rows of at most a tile, whose maximum m is found before them: exp(m - m)
+/// is exactly 1 in every exp, so an exp within d relative puts l = sum exp(x - m) within d (l - 1)
+/// and log l within d (l - 1) / l <= d log l, and log l <= |x - m - log l| for every output: each
+/// output stays within d of itself, far below half a 16-bit ulp. (Against a reference other than
+/// the maximum, log l would move by up to d itself: more than the output x - m - log l where one
+/// value dominates the row. logsumexp's lse and cross-entropy's sums are outputs or feed one.)
+constexpr bool short_exp_takes(RowOp op, index_t n) {
+  return op == RowOp::softmax || (op == RowOp::log_softmax && n <= HostTraits::tile);
+}
+
 /// The maximum of a row of n values of a group whose maxima are taken one after another: rows of at
 /// most Lanes::chains blocks on one chain (the rows' chains overlap; more chains only add
 /// instructions and stack), longer ones on Lanes::chains.
@@ -56,7 +68,7 @@ void write_pass_ahead(const X* x, Y* y, index_t n, const F& f, const P* ahead, b
 /// the logs that logsumexp and log_softmax need, taken together in vectors (log_of_total), then
 /// their outputs. Each step's chains of dependent operations are short, and the rows' chains
 /// overlap. Rows stored as 16-bit B are read widened as they load;
-/// softmax's weights are computed by A's exp.
+/// softmax's weights and log_softmax's sums are computed by A's exp (short_exp_takes).
 template <class T, int VB, class B = T, ExpAccuracy A = ExpAccuracy::full>
 void short_rows(const RowBlock<T, B>& blk, index_t r0, index_t g) {
   constexpr index_t group = HostTraits::short_group;

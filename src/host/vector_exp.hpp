@@ -152,11 +152,11 @@ struct ScalefExp {
 #endif
 
 /// How exact a row kernel's exp must be. full: LaneExp's (about an ulp of T). output16: for weights
-/// whose outputs are rounded to 16 bits and nothing else (softmax of bf16 and fp16 rows: not their
-/// sums, which log_softmax and logsumexp return): within 2^-17 relative, so that an output stays
-/// within the 1 ulp GUIDE §9 allows (half an ulp of fp16 is at least 2^-12). output_bf16: the
-/// same for outputs rounded to bf16 only: within 2^-13 relative (half an ulp of bf16 is at least
-/// 2^-9).
+/// whose outputs are rounded to 16 bits and nothing else (softmax of bf16 and fp16 rows, and the
+/// sums of log_softmax's short rows, short_exp_takes; not logsumexp's, which it returns): within
+/// 2^-17 relative, so that an output stays within the 1 ulp GUIDE §9 allows (half an ulp of fp16 is
+/// at least 2^-12). output_bf16: the same for outputs rounded to bf16 only: within 2^-13 relative
+/// (half an ulp of bf16 is at least 2^-9).
 enum class ExpAccuracy { full, output16, output_bf16 };
 
 /// The exp of accuracy A on vectors of VB bytes of T: LaneExp unless a cheaper one meets A.
