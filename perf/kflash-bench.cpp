@@ -95,7 +95,9 @@ void register_backend(Registry& reg) {
 
   // softmax family
   using Shape = std::pair<index_t, index_t>;
-  const std::vector<Shape> full_shapes = {{4096, 1024}, {1024, 32768}, {64, 1048576}, {1, 67108864}, {65536, 64}};
+  // 32768x1000: a classifier's rows, whose length is no multiple of a vector.
+  const std::vector<Shape> full_shapes = {{4096, 1024}, {1024, 32768}, {64, 1048576},
+                                          {1, 67108864}, {65536, 64}, {32768, 1000}};
   const std::vector<Shape> default_shapes = {{4096, 1024}, {1, 16777216}, {65536, 64}};
   auto add_rows = [&](auto type_tag, RowKind kind, Shape sh) {
     using T = decltype(type_tag);

@@ -114,6 +114,19 @@ void check_half_rows() {
   check_half_matrix<H, Kokkos::LayoutRight>(8, 140000, halves<H>(normal_values<float>(8 * 140000, 18, 5.0)),
                                             "very long");
 
+  // Every length modulo the host kernels' blocks of 16 values (their last values taken as one more
+  // block, the one that ends at the row's end, its lanes before them masked): rows whose maximum is
+  // among the last values or in the last whole block's lanes that block reads again, and rows
+  // ending in -inf and in NaN.
+  for (std::size_t cols = 1; cols <= 40; ++cols) {
+    std::vector<float> v = normal_values<float>(5 * cols, unsigned(700 + cols), 3.0);
+    v[2 * cols - 1] += 12.0f;
+    if (cols > 16) v[3 * cols - 16] += 12.0f;
+    v[4 * cols - 1] = -HUGE_VALF;
+    v[5 * cols - 1] = nan<float>;
+    check_half_matrix<H, Kokkos::LayoutRight>(5, cols, halves<H>(v), "tail lengths");
+  }
+
   // Special rows: masked elements, a fully masked row, a NaN, +inf (NaN row), and values whose
   // float exponentials would overflow without the max shift.
   const float i = HUGE_VALF;

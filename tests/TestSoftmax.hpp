@@ -180,6 +180,32 @@ TYPED_TEST(SoftmaxTest, AdversarialRows) {
   }
 }
 
+TYPED_TEST(SoftmaxTest, EveryTailLength) {
+  // Rows of every length modulo the host kernels' blocks of 16 values, alone and after whole
+  // blocks: the host takes a row's last values as one more block, the one that ends where the row
+  // ends, its lanes before them masked. A value counted twice there or left out shows here. Of
+  // each length, rows whose maximum is among the last values, whose maximum is in the last whole
+  // block where that block's lanes are read again, and rows that end in -inf and in NaN.
+  using T = TypeParam;
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 1; n <= 48; ++n) lengths.push_back(n);
+  for (std::size_t n : {63, 65, 79, 300, 511, 513, 1000, 1001}) lengths.push_back(n);
+  unsigned seed = 900;
+  for (std::size_t cols : lengths) {
+    std::vector<T> flat;
+    for (int k = 0; k < 5; ++k) {
+      auto r = normal_values<T>(cols, seed++, 3.0);
+      if (k == 1) r[cols - 1] += T(20);
+      if (k == 2 && cols > 16) r[cols - 16] += T(20);
+      if (k == 3) r[cols - 1] = -inf<T>;
+      if (k == 4) r[cols - 1] = nan<T>;
+      flat.insert(flat.end(), r.begin(), r.end());
+    }
+    check_matrix<T, Kokkos::LayoutRight>(5, cols, flat, false, "tail lengths");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
   // softmax rows longer than 512 KiB keep their weights in RowBlock::weights (two rows' room: a
   // tile of one row is scaled into y beside the same tile of the next row's state pass, whose

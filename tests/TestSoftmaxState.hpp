@@ -228,8 +228,10 @@ TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
   // a tile overshoots it), on rows of every length up to three tiles and a few past (a tail past
   // whole blocks, a partial last tile), of normal values, of values spread over 1e4, and with -inf
   // entries. The maxima agree bit for bit, and so do the sums of the baseline variant (no contraction, the same
-  // exp); AVX2 and AVX-512 contract the exp polynomial into multiply-adds, and AVX-512 fp64 takes
-  // exp from a table: there the totals agree within 8 ulp.
+  // exp) on rows of whole blocks. The vector lanes add a row's last values as one more block to the
+  // lanes' sums, the scalar lanes one by one (compensated): there, as wherever AVX2 and AVX-512
+  // contract the exp polynomial into multiply-adds and AVX-512 fp64 takes exp from a table, the
+  // totals agree within 8 ulp.
   using T = TypeParam;
   namespace host = kflash::impl::host;
   using kflash::impl::index_t;
@@ -262,7 +264,7 @@ TYPED_TEST(SoftmaxStateTest, ScalarAndVectorLanesAgree) {
         const std::string where = std::string(host::isa_name(which)) + " n = " + std::to_string(n) +
                                   " kind " + std::to_string(kind);
         ASSERT_EQ(got.max, ref.max) << where;
-        if (which == host::Isa::baseline) {
+        if (which == host::Isa::baseline && n % Lanes::width == 0) {
           ASSERT_EQ(got.total(), ref.total()) << where;
         } else {
           worst = std::max(worst, std::fabs(ld(got.total()) - ld(ref.total())) / ld(ref.total()));

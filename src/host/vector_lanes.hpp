@@ -1,6 +1,7 @@
 // The lane-block policy of the host kernels: ScalarLanes' blocks of 16 lanes held as vectors of VB
 // bytes, so the tile recurrence of include/kflash/impl/tile/tile_state.hpp runs on vector registers
-// with the same additions in the same order. The values are read from memory: Load<T>, or
+// with the same additions in the same order, but for a row's last values after its whole blocks:
+// one more block here (padded_tail), one by one there. The values are read from memory: Load<T>, or
 // Widened<T, B> for rows stored as 16-bit B (widened to float as they load).
 #pragma once
 
@@ -9,6 +10,7 @@
 
 #include <kflash/impl/traits.hpp>
 
+#include <cstdint>
 #include <type_traits>
 
 namespace kflash::impl::host::internal {
@@ -37,6 +39,9 @@ struct VectorLanes {
   static_assert(vectors >= 1 && vectors * vector_width == width, "kflash: a block's lanes must fill whole vectors");
   /// The maximum runs on HostTraits::max_vectors vectors at a time (independent chains).
   static constexpr int chains = vectors >= HostTraits::max_vectors ? 1 : HostTraits::max_vectors / vectors;
+  /// A row's last count < width values as one more block (tail_max, tail_block): its exps and its
+  /// sums then run on vectors rather than one value after another.
+  static constexpr bool padded_tail = true;
 
   struct Block {
     typename V::type v[vectors];
@@ -57,6 +62,40 @@ struct VectorLanes {
     for (int u = 0; u < vectors; ++u) V::max(a.v[u], b.v[u]);
   }
   static T max_lanes(const Block& a) { return reduce<MaxOp>(a); }
+  /// The values [i, e) after the whole blocks from b, e - i < width, into a's maxima.
+  template <class X>
+  static void tail_max(Block& a, const X& x, index_t b, index_t i, index_t e) {
+    if (i - b < width) {
+      alignas(VB) T v[width];
+      pad(x, i, e, v);
+      max(a, Load<T>{v}, 0);
+      return;
+    }
+    typename V::type t;
+    for (int u = 0; u < vectors; ++u) {
+      last_block_vector(x, i, e, u, t);
+      V::max(a.v[u], t);
+    }
+  }
+  /// terms' weights of the values [i, e) after the whole blocks from b (e - i < width) into w's lanes
+  /// [first, first + e - i), 0s into the others; returns first. The values read past the end (or
+  /// before i) are -inf to the terms.
+  template <class Terms>
+  static int tail_block(const Terms& terms, index_t b, index_t i, index_t e, T* w) {
+    alignas(VB) T v[width];
+    if (i - b < width) {
+      pad(terms.value, i, e, v);
+      terms.template block_of<VectorLanes>(v, w);
+      return 0;
+    }
+    typename V::type t;
+    for (int u = 0; u < vectors; ++u) {  // stored as whole vectors: the block's loads take them from the stores
+      last_block_vector(terms.value, i, e, u, t);
+      V::store(v + u * vector_width, t);
+    }
+    terms.template block_of<VectorLanes>(v, w);
+    return int(width - (e - i));
+  }
   static void add(Block& a, const T* w) {
     typename V::type t;
     for (int u = 0; u < vectors; ++u) {
@@ -95,6 +134,27 @@ struct VectorLanes {
   }
 
  private:
+  /// x(i), ..., x(e - 1), then -inf, into v's width lanes: element by element (for rows shorter than
+  /// a block; a whole-vector load of v then waits for the stores to complete).
+  template <class X>
+  static void pad(const X& x, index_t i, index_t e, T* v) {
+    for (index_t l = 0; l < width; ++l) v[l] = i + l < e ? x(i + l) : -infinity<T>();
+  }
+  /// Vector u of the block that ends at e (x's elements from e - width on are readable), its lanes
+  /// before i set to -inf: the values [i, e) without a load past the row's end.
+  template <class X>
+  static void last_block_vector(const X& x, index_t i, index_t e, int u, typename V::type& t) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(x.p)>>;
+    using Index = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+    typedef Index index_type __attribute__((vector_size(VB)));
+    const index_t s = e - width + u * vector_width;  // the element in lane 0
+    Operand<T, VB, B>::load(t, x.p + s);
+    index_type lane;
+    for (int l = 0; l < vector_width; ++l) lane[l] = Index(l);
+    typename V::type ninf;
+    V::fill(ninf, -infinity<T>());
+    t = lane >= index_type{} + Index(i - s) ? t : ninf;
+  }
   /// Block a's vectors combined into one by Op (MaxOp, AddOp), as a tree: its first levels combine
   /// vector u + h with vector u (lane l + h * vector_width with lane l).
   template <class Op>

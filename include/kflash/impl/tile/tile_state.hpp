@@ -14,11 +14,29 @@ namespace kflash::impl {
 /// The row operations: softmax, log_softmax and logsumexp.
 enum class RowOp { softmax, log_softmax, logsumexp };
 
+/// Element access to contiguous memory for the tile loops (function objects rather than lambdas:
+/// nvcc wants them callable from both sides), and a store that keeps nothing.
+template <class T>
+struct Load {
+  const T* p;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return p[i]; }
+};
+template <class T>
+struct Store {
+  T* p;
+  KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { p[i] = w; }
+};
+template <class T>
+struct NoStore {
+  KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
+};
+
 /// The weight terms of a tile against its maximum m: exp(value(i) - m). For a finite m that is
 /// exp_nonpositive itself (the contract's special cases arise only for an infinite maximum), which
 /// a policy may evaluate a block of lanes at a time (`Lanes::exp_block`).
 template <class T, class F>
 struct WeightTerms {
+  static constexpr bool paddable = true;  // a value of -inf has the weight 0 (Lanes::padded_tail)
   F value;
   T m;
   KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return exp_nonpositive(value(i) - m); }
@@ -26,11 +44,16 @@ struct WeightTerms {
   KOKKOS_INLINE_FUNCTION void block(index_t i, T* w) const {
     Lanes::exp_block(value, i, m, w);
   }
+  template <class Lanes>
+  KOKKOS_INLINE_FUNCTION void block_of(const T* v, T* w) const {  // the same of the values v[0, width)
+    Lanes::exp_block(Load<T>{v}, 0, m, w);
+  }
 };
 
 /// The same for an infinite maximum (or NaN), through SoftmaxState::weight's rules.
 template <class T, class F>
 struct SpecialWeightTerms {
+  static constexpr bool paddable = false;  // against a NaN maximum, -inf's weight is NaN
   F value;
   T m;
   KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return SoftmaxState<T>::weight(value(i), m); }
@@ -45,6 +68,7 @@ struct SpecialWeightTerms {
 /// read again where the terms read them, so that compilers load each once.
 template <class Lanes, class T, class Terms>
 struct SummingValues {
+  static constexpr bool paddable = false;  // -inf would enter the values' sum
   Terms terms;
   typename Lanes::Block* values;
   T* tail_values;
@@ -70,11 +94,15 @@ struct SummingValues {
 ///   exp_block                  w[l] = exp_nonpositive(value(i + l) - m), l < width
 ///   rows_at_once               blocks of as many rows whose lanes are reduced together by
 ///   max_lanes, sum_trees       max_lanes(a, out) and sum_trees(a, out) (out[k] from a[k])
+///   padded_tail                whether the values after the last whole block go through one more
+///                              block whose other lanes read -inf (tail_max; tail_block, only for
+///                              terms that are `paddable`), rather than one by one
 template <class T>
 struct ScalarLanes {
   static constexpr int width = 16;
   static constexpr int chains = 1;
   static constexpr int rows_at_once = 1;
+  static constexpr bool padded_tail = false;
   struct Block {
     T lane[width];
   };
@@ -134,8 +162,12 @@ KOKKOS_INLINE_FUNCTION T tile_max_lanes(index_t b, index_t e, const F& value, ty
   for (; i < blocks_end; i += W) Lanes::max(m[0], value, i);
   for (int h = C / 2; h >= 1; h /= 2)
     for (int c = 0; c < h; ++c) Lanes::max(m[c], m[c + h]);
-  lanes = m[0];
   T r = -infinity<T>();
+  if constexpr (Lanes::padded_tail) {
+    if (i < e) Lanes::tail_max(m[0], value, b, i, e);
+    i = e;
+  }
+  lanes = m[0];
   for (; i < e; ++i) {
     const T v = value(i);
     r = v > r ? v : r;
@@ -153,7 +185,8 @@ KOKKOS_INLINE_FUNCTION T tile_max(index_t b, index_t e, const F& value) {
 }
 
 /// The running sums of a tile's weights: whole blocks of terms go to a block of plain partial sums
-/// (each adds (e - b) / width terms), the rest to `tail` (compensated); state() adds the block's
+/// (each adds (e - b) / width terms), the rest to `tail` (compensated; or to the lanes as one more
+/// block, Lanes::padded_tail); state() adds the block's
 /// tree root last. Keep a tile short: the lanes' sums are not compensated; the tiles' states merge
 /// compensated. A kernel that holds the sums of several tiles at once (rows of one tile, several at
 /// a time) interleaves their steps.
@@ -174,6 +207,18 @@ struct TileSums {
       terms.template block<Lanes>(i, w);
       for (int l = 0; l < W; ++l) store(i + l, w[l]);
       Lanes::add(lanes, w);
+    }
+    if constexpr (Lanes::padded_tail && Terms::paddable) {
+      if (full < e) {  // the padding's weights are 0: the lanes' sums stay as they are
+        T w[W];
+        const int first = Lanes::tail_block(terms, b, full, e, w);
+        // A loop of fixed length: GCC made one of length e - full a call to memcpy, which kept the
+        // block loop's sums and maxima in memory rather than in registers.
+        for (int l = 0; l < W; ++l)
+          if (l < e - full) store(full + l, w[first + l]);
+        Lanes::add(lanes, w);
+      }
+      return;
     }
     for (index_t i = full; i < e; ++i) {
       const T w = terms(i);
@@ -240,10 +285,16 @@ KOKKOS_INLINE_FUNCTION SoftmaxState<T> tile_state(index_t b, index_t e, const F&
 /// as well; RowTiles drops a tile whose arguments exceed RowTiles::slack.
 template <class Lanes, class T, class F>
 struct WeightsAgainst {
+  static constexpr bool paddable = true;  // -inf: neither a maximum nor a weight
   F value;
   T ref;
   typename Lanes::Block* max;
   T* tail_max;
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void block_of(const T* v, T* w) const {
+    Lanes::max(*max, Load<T>{v}, 0);
+    Lanes::exp_block(Load<T>{v}, 0, ref, w);
+  }
   KOKKOS_INLINE_FUNCTION T operator()(index_t i) const {
     const T v = value(i);
     *tail_max = v > *tail_max ? v : *tail_max;
@@ -368,22 +419,5 @@ KOKKOS_INLINE_FUNCTION T tile_sum(index_t b, index_t e, const F& value) {
   for (index_t i = full; i < e; ++i) r += value(i);
   return r;
 }
-
-/// Element access to contiguous memory for the tile loops (function objects rather than lambdas:
-/// nvcc wants them callable from both sides), and a store that keeps nothing.
-template <class T>
-struct Load {
-  const T* p;
-  KOKKOS_INLINE_FUNCTION T operator()(index_t i) const { return p[i]; }
-};
-template <class T>
-struct Store {
-  T* p;
-  KOKKOS_INLINE_FUNCTION void operator()(index_t i, T w) const { p[i] = w; }
-};
-template <class T>
-struct NoStore {
-  KOKKOS_INLINE_FUNCTION void operator()(index_t, T) const {}
-};
 
 }  // namespace kflash::impl
