@@ -516,7 +516,9 @@ template <class T>
 constexpr dnnl::memory::data_type onednn_type =
     std::is_same<T, float>::value ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
 
-/// oneDNN runs on the OpenMP runtime with `threads` threads while a scope lives.
+/// oneDNN runs on the OpenMP runtime with `threads` threads while a scope lives. A primitive
+/// fixes its threads when it is created: create it in such a scope too, or it runs with the
+/// process's (OMP_NUM_THREADS), whatever the scope around its calls says.
 class OneDnnThreads {
  public:
   explicit OneDnnThreads(int threads) : before_(omp_get_max_threads()) { omp_set_num_threads(threads); }
@@ -529,12 +531,13 @@ class OneDnnThreads {
 };
 
 /// oneDNN's softmax or log_softmax forward (inference) over the rows of x into y, fp32 or bf16 on
-/// the host; the primitive is created once, outside the timed calls, as an application would cache
-/// it.
+/// the host, with `threads` threads; the primitive is created once, outside the timed calls, as an
+/// application would cache it.
 class OneDnnRows {
  public:
-  OneDnnRows(RowKind kind, index_t rows, index_t cols, dnnl::memory::data_type type, void* x, void* y)
-      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+  OneDnnRows(RowKind kind, index_t rows, index_t cols, dnnl::memory::data_type type, void* x, void* y, int threads)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_), threads_(threads) {
+    const OneDnnThreads scope(threads_);
     const dnnl::memory::desc md({rows, cols}, type, dnnl::memory::format_tag::ab);
     src_ = dnnl::memory(md, engine_, x);
     dst_ = dnnl::memory(md, engine_, y);
@@ -542,8 +545,8 @@ class OneDnnRows {
     const dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, md, md, 1);
     primitive_ = dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(desc, engine_));
   }
-  void operator()(int threads) {
-    const OneDnnThreads scope(threads);
+  void operator()() {
+    const OneDnnThreads scope(threads_);
     primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
     stream_.wait();
   }
@@ -551,18 +554,20 @@ class OneDnnRows {
  private:
   dnnl::engine engine_;
   dnnl::stream stream_;
+  int threads_;
   dnnl::memory src_, dst_;
   dnnl::softmax_v2_forward primitive_;
 };
 
 /// bf16 attention of one head as a oneDNN user would materialise it: S = scale Q K^T (bf16 matmul,
 /// fp32 S), P = softmax(S) rounded to bf16, O = P V (bf16 matmul, bf16 O), with one Nq x Nk buffer
-/// of S and one of P; the primitives are created once. Between the two steps, `mask` may write -inf
+/// of S and one of P, with `threads` threads; the primitives are created once. Between the two steps, `mask` may write -inf
 /// into S (scores()).
 class OneDnnAttention {
  public:
-  OneDnnAttention(index_t Nq, index_t Nk, index_t D, float scale)
-      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+  OneDnnAttention(index_t Nq, index_t Nk, index_t D, float scale, int threads)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_), threads_(threads) {
+    const OneDnnThreads scope(threads_);
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::desc q({Nq, D}, dt::bf16, tag::ab), kt({D, Nk}, dt::bf16, tag::ba),
@@ -584,8 +589,8 @@ class OneDnnAttention {
 
   /// One head: q (Nq x D), k and v (Nk x D) and o (Nq x D), rows contiguous, bf16.
   template <class Mask>
-  void operator()(int threads, const void* q, const void* k, const void* v, void* o, Mask&& mask) {
-    const OneDnnThreads scope(threads);
+  void operator()(const void* q, const void* k, const void* v, void* o, Mask&& mask) {
+    const OneDnnThreads scope(threads_);
     q_.set_data_handle(const_cast<void*>(q)), k_.set_data_handle(const_cast<void*>(k));
     v_.set_data_handle(const_cast<void*>(v)), o_.set_data_handle(o);
     scores_.execute(stream_, {{DNNL_ARG_SRC, q_}, {DNNL_ARG_WEIGHTS, k_}, {DNNL_ARG_DST, s_}});
@@ -599,6 +604,7 @@ class OneDnnAttention {
  private:
   dnnl::engine engine_;
   dnnl::stream stream_;
+  int threads_;
   dnnl::matmul scores_, output_;
   dnnl::softmax_v2_forward softmax_;
   dnnl::memory q_, k_, v_, o_, s_, p_;
@@ -647,10 +653,10 @@ void row_case(benchmark::State& state, const std::string& backend, RowKind kind,
       onednn.reserve(std::size_t(rotation.sets()));
       for (index_t i = 0; i < rotation.sets(); ++i)
         onednn.emplace_back(kind, rows, cols, onednn_type<T>, std::get<0>(rotation.set(i)).data(),
-                            std::get<1>(rotation.set(i)).data());
+                            std::get<1>(rotation.set(i)).data(), exec.concurrency());
       index_t call = 0;
       const double s = run_timed(state, exec, [&] {
-        onednn[std::size_t(call)](exec.concurrency());
+        onednn[std::size_t(call)]();
         call = (call + 1) % rotation.sets();
       });
       set_rate(state, double(rows) * cols * sizeof(T) * 2, "GB/s");
@@ -1086,7 +1092,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
   } else if (variant == onednn_variant) {
 #if KFLASH_BENCH_HAS_ONEDNN
     if constexpr (std::is_same<T, kflash::bhalf_t>::value && kflash::impl::ScheduleTraits<Exec>::is_host) {
-      OneDnnAttention onednn(c.Nq, c.Nk, c.D, float(1 / std::sqrt(double(c.D))));
+      OneDnnAttention onednn(c.Nq, c.Nk, c.D, float(1 / std::sqrt(double(c.D))), blas_thread_count);
       // Causal: the keys past each query's diagonal (bottom-right aligned, as kflash's) get -inf.
       const Kokkos::View<float**, Kokkos::LayoutRight, mem, Kokkos::MemoryUnmanaged> scores(onednn.scores(), c.Nq,
                                                                                             c.Nk);
@@ -1103,7 +1109,7 @@ void attention_case(benchmark::State& state, const std::string& backend, const A
         for (index_t b = 0; b < c.B; ++b)
           for (index_t h = 0; h < c.H; ++h) {
             const index_t hk = h / (c.H / c.Hk);
-            onednn(blas_thread_count, &q(b, h, 0, 0), &k(b, hk, 0, 0), &v(b, hk, 0, 0), &o(b, h, 0, 0), mask);
+            onednn(&q(b, h, 0, 0), &k(b, hk, 0, 0), &v(b, hk, 0, 0), &o(b, h, 0, 0), mask);
           }
       });
       baseline_extra = double(onednn.buffer_bytes());
