@@ -561,8 +561,8 @@ class OneDnnRows {
 
 /// bf16 attention of one head as a oneDNN user would materialise it: S = scale Q K^T (bf16 matmul,
 /// fp32 S), P = softmax(S) rounded to bf16, O = P V (bf16 matmul, bf16 O), with one Nq x Nk buffer
-/// of S and one of P, with `threads` threads; the primitives are created once. Between the two steps, `mask` may write -inf
-/// into S (scores()).
+/// of S and one of P, with `threads` threads; the primitives are created once. Between the two
+/// steps, `mask` may write -inf into S (scores()).
 class OneDnnAttention {
  public:
   OneDnnAttention(index_t Nq, index_t Nk, index_t D, float scale, int threads)
