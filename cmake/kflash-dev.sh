@@ -375,10 +375,8 @@ sanitize() {
   # vptr (no polymorphic class there). ASan and UBSan's other checks stay on.
   # -fexpensive-optimizations: GCC contracts a * b + c into an FMA only with it, which -O1 lacks and
   # the host kernels' fp32 exp is written for (-ffp-contract=fast, CMakeLists.txt).
-  # -fno-tree-pta: under the instrumentation GCC 12's points-to analysis grows much faster than the
-  # code in a flattened kernel (the 16-bit rows' entry: 90 % of its compile time); without it the
-  # pointers' aliasing is worked out less precisely, and every access is instrumented the same.
-  local kernel_options="-fno-sanitize=alignment,null,object-size,vptr -fexpensive-optimizations -fno-tree-pta"
+  # (CMakeLists.txt adds -fno-tree-pta to that file's options itself, seeing -fsanitize in the flags.)
+  local kernel_options="-fno-sanitize=alignment,null,object-size,vptr -fexpensive-optimizations"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   say "sanitizer lane against Kokkos $(probe_kokkos "$root")"
