@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace kflash_test {
 
 using ld = long double;
@@ -199,5 +202,25 @@ void expect_invalid(F&& f, std::initializer_list<const char*> parts) {
     for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 }
+
+/// Pages with an unreadable page on either side: an access outside [begin(), end()) faults.
+struct GuardedPages {
+  std::size_t page = std::size_t(sysconf(_SC_PAGESIZE)), bytes;
+  char* base = static_cast<char*>(MAP_FAILED);
+  explicit GuardedPages(std::size_t n) : bytes((n + page - 1) / page * page + 2 * page) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    base = static_cast<char*>(p);
+    if (mprotect(base, page, PROT_NONE) != 0 || mprotect(base + bytes - page, page, PROT_NONE) != 0) {
+      munmap(base, bytes);
+      base = static_cast<char*>(MAP_FAILED);
+    }
+  }
+  ~GuardedPages() {
+    if (base != static_cast<char*>(MAP_FAILED)) munmap(base, bytes);
+  }
+  char* begin() const { return base + page; }
+  char* end() const { return base + bytes - page; }
+};
 
 }  // namespace kflash_test

@@ -2,7 +2,8 @@
 // as impl/half_types.hpp's Bfloat16 and Float16): loads widened to float (Operand) and float vectors
 // rounded back once, to nearest even (GUIDE §9). bf16 by integer shifts and the rounding's carry,
 // fp16 by the F16C / AVX-512 conversion instructions where the variant has them, else element by
-// element through kflash's own types, which the vector forms reproduce bit for bit.
+// element through kflash's own types, which the vector forms reproduce bit for bit. Also the loads
+// of a row's values shorter than a vector, of every storage type (PartialOperand).
 #pragma once
 
 #include "vector.hpp"
@@ -35,6 +36,9 @@ __attribute__((target("avx512f"))) inline void narrow_fp16_16(const __m512& x, s
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y),
                       _mm512_maskz_cvtps_ph(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+__attribute__((target("f16c"))) inline void narrow_fp16_1(float x, std::uint16_t* y) {
+  *y = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 __attribute__((target("avx,f16c"))) inline void widened_fp16_8(const std::uint16_t* x, __m256& y) {
   y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
 }
@@ -47,6 +51,40 @@ __attribute__((target("avx512f"))) inline void widened_bf16_16(const std::uint16
   const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   y = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16));
 }
+// A row's first `count` values as a vector's lanes [0, count), -inf in the others (count < 0 or >
+// the lanes: none or all): masked loads, which read nothing at or past x + count (faults included),
+// in registers; lanes built one by one in memory and read back as a vector wait for those stores.
+inline unsigned lanes_mask(int count, int lanes) {
+  return count <= 0 ? 0u : count >= lanes ? (1u << lanes) - 1 : (1u << count) - 1;
+}
+__attribute__((target("avx512f"))) inline void partial_f32_16(const float* x, int count, __m512& y) {
+  y = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), __mmask16(lanes_mask(count, 16)), x);
+}
+__attribute__((target("avx512f"))) inline void partial_f64_8(const double* x, int count, __m512d& y) {
+  y = _mm512_mask_loadu_pd(_mm512_set1_pd(-__builtin_inf()), __mmask8(lanes_mask(count, 8)), x);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void partial_bf16_16(const std::uint16_t* x, int count,
+                                                                                  __m512& y) {
+  const __mmask16 k = __mmask16(lanes_mask(count, 16));
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(k, x));
+  const __m512 widened = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, w, 16));
+  y = _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), k, widened);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void partial_fp16_16(const std::uint16_t* x, int count,
+                                                                                  __m512& y) {
+  const __mmask16 k = __mmask16(lanes_mask(count, 16));
+  const __m512 widened = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(k, x));
+  y = _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), k, widened);
+}
+__attribute__((target("avx2"))) inline void partial_f32_8(const float* x, int count, __m256& y) {
+  const __m256i take = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  y = _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), _mm256_maskload_ps(x, take), _mm256_castsi256_ps(take));
+}
+__attribute__((target("avx2"))) inline void partial_f64_4(const double* x, int count, __m256d& y) {
+  const __m256i take = _mm256_cmpgt_epi64(_mm256_set1_epi64x(count), _mm256_setr_epi64x(0, 1, 2, 3));
+  y = _mm256_blendv_pd(_mm256_set1_pd(-__builtin_inf()), _mm256_maskload_pd(x, take), _mm256_castsi256_pd(take));
+}
+
 /// Read once per vector by narrow_bf16_16 (a call there would cost more than the rounding).
 inline const bool rounds_bf16_by_instruction = bf16_rounding_instruction();
 
@@ -163,6 +201,54 @@ struct Operand<float, VB, Float16> {
   static float element(const Float16& x) { return Float16::to_float(x.bits); }
 };
 
+/// A vector of T from a row stored as B: its values [0, count) in lanes [0, count), -inf in the
+/// others; nothing from p + count on is read (count may be 0 or below: every lane -inf, no read).
+/// By the masked loads above where the variant has them, else element by element.
+template <class T, int VB, class B>
+struct PartialOperand {
+  static void load(typename Vec<T, VB>::type& v, const B* p, index_t count) {
+    constexpr int W = VB / int(sizeof(T));
+    const int c = count <= 0 ? 0 : count >= W ? W : int(count);
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+    constexpr bool same = std::is_same<T, B>::value;
+    if constexpr (VB == 64 && same && std::is_same<T, float>::value) {
+      __m512 w;
+      partial_f32_16(p, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 64 && same && std::is_same<T, double>::value) {
+      __m512d w;
+      partial_f64_8(p, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 64 && std::is_same<B, Bfloat16>::value) {
+      __m512 w;
+      partial_bf16_16(&p->bits, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 64 && std::is_same<B, Float16>::value) {
+      __m512 w;
+      partial_fp16_16(&p->bits, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 32 && same && std::is_same<T, float>::value) {
+      __m256 w;
+      partial_f32_8(p, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    } else if constexpr (VB == 32 && same && std::is_same<T, double>::value) {
+      __m256d w;
+      partial_f64_4(p, c, w);
+      __builtin_memcpy(&v, &w, sizeof v);
+      return;
+    }
+#endif
+    alignas(VB) T e[W];
+    for (int l = 0; l < W; ++l) e[l] = l < c ? Operand<T, VB, B>::element(p[l]) : -infinity<T>();
+    Vec<T, VB>::load(v, e);
+  }
+};
+
 /// y[0, n) = x[0, n) widened to float.
 template <int VB>
 void widen16(Storage16 f, const std::uint16_t* x, float* y, index_t n) {
@@ -224,6 +310,20 @@ inline void narrow_vector(const typename Vec<float, VB>::type& v, Float16* y) {
   }
 #endif
   for (int l = 0; l < VB / 4; ++l) y[l].bits = Float16::from_float(Vec<float, VB>::lane(v, l));
+}
+
+/// One value into an output of type Y, rounded as narrow_vector rounds a lane: binary16 by F16C's
+/// conversion where the variant has it (Float16::from_float's steps cost several times more),
+/// else by Y's own conversion.
+template <int VB, class T, class Y>
+inline void narrow_element(T v, Y* y) {
+#if defined(KFLASH_IMPL_X86_VARIANTS) && defined(KFLASH_IMPL_VECTOR_EXT)
+  if constexpr (VB >= 32 && std::is_same<Y, Float16>::value) {
+    narrow_fp16_1(float(v), &y->bits);
+    return;
+  }
+#endif
+  *y = Y(v);
 }
 
 /// The stores of a write pass into 16-bit outputs: each vector rounded once (narrow_vector); where
@@ -293,7 +393,7 @@ void narrow16(Storage16 f, const float* x, std::uint16_t* y, index_t n) {
       Vec<float, VB>::load(v, x + i);
       narrow_vector<VB>(v, b + i);
     }
-    for (; i < n; ++i) b[i].bits = B::from_float(x[i]);
+    for (; i < n; ++i) narrow_element<VB>(x[i], b + i);
   };
   with_storage(f, narrow);
 }

@@ -65,15 +65,10 @@ struct VectorLanes {
   /// The values [i, e) after the whole blocks from b, e - i < width, into a's maxima.
   template <class X>
   static void tail_max(Block& a, const X& x, index_t b, index_t i, index_t e) {
-    if (i - b < width) {
-      alignas(VB) T v[width];
-      pad(x, i, e, v);
-      max(a, Load<T>{v}, 0);
-      return;
-    }
     typename V::type t;
     for (int u = 0; u < vectors; ++u) {
-      last_block_vector(x, i, e, u, t);
+      if (i - b < width) padded_vector(x, i, e, u, t);
+      else last_block_vector(x, i, e, u, t);
       V::max(a.v[u], t);
     }
   }
@@ -134,11 +129,26 @@ struct VectorLanes {
   }
 
  private:
-  /// x(i), ..., x(e - 1), then -inf, into v's width lanes: element by element (for rows shorter than
-  /// a block; a whole-vector load of v then waits for the stores to complete).
+  /// Vector u of the block x(i), ..., x(e - 1), then -inf (for rows shorter than a block: nothing is
+  /// read at or past e).
+  template <class X>
+  static void padded_vector(const X& x, index_t i, index_t e, int u, typename V::type& t) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(x.p)>>;
+    const index_t count = e - i - u * vector_width;
+    if (count <= 0) {
+      V::fill(t, -infinity<T>());
+      return;
+    }
+    PartialOperand<T, VB, B>::load(t, x.p + i + u * vector_width, count);
+  }
+  /// The same block into v's width lanes, as whole vectors (the block's loads take them from the stores).
   template <class X>
   static void pad(const X& x, index_t i, index_t e, T* v) {
-    for (index_t l = 0; l < width; ++l) v[l] = i + l < e ? x(i + l) : -infinity<T>();
+    typename V::type t;
+    for (int u = 0; u < vectors; ++u) {
+      padded_vector(x, i, e, u, t);
+      V::store(v + u * vector_width, t);
+    }
   }
   /// Vector u of the block that ends at e (x's elements from e - width on are readable), its lanes
   /// before i set to -inf: the values [i, e) without a load past the row's end.

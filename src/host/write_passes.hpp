@@ -161,7 +161,8 @@ inline index_t write_vector_pairs(const B* x, Y* y, index_t i, index_t n, const 
 template <class T, int VB, class B, class Y, class F, class Vectors>
 inline index_t stream_vectors(const B* x, Y* y, index_t n, const F& f, const Vectors& vectors) {
   index_t i = 0;
-  for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i) y[i] = Y(f(Operand<T, VB, B>::element(x[i])));
+  for (; i < n && reinterpret_cast<std::uintptr_t>(y + i) % VB != 0; ++i)
+    narrow_element<VB>(f(Operand<T, VB, B>::element(x[i])), y + i);
   constexpr index_t group = StreamAhead<T, VB>::group, ahead = StreamAhead<T, VB>::ahead;
   for (; i + ahead + group <= n; i += group) {
     prefetch_lines(x + i + ahead, group);
@@ -193,7 +194,7 @@ inline void write_pass(const B* x, Y* y, index_t n, const F& f, bool stream, boo
       i = write_vectors<T, VB, Narrowing<VB>>(x, y, i, n, f);
     }
   }
-  for (; i < n; ++i) y[i] = Y(f(Operand<T, VB, B>::element(x[i])));
+  for (; i < n; ++i) narrow_element<VB>(f(Operand<T, VB, B>::element(x[i])), y + i);
   if (stream && fence) S::fence();
 }
 
