@@ -95,9 +95,10 @@ void register_backend(Registry& reg) {
 
   // softmax family
   using Shape = std::pair<index_t, index_t>;
-  // 32768x1000: a classifier's rows, whose length is no multiple of a vector.
-  const std::vector<Shape> full_shapes = {{4096, 1024}, {1024, 32768}, {64, 1048576},
-                                          {1, 67108864}, {65536, 64}, {32768, 1000}};
+  // 32768x1000: a classifier's rows, whose length is no multiple of a vector; 1048576x8: a
+  // mixture-of-experts router's (a token's scores over 8 experts), shorter than a vector.
+  const std::vector<Shape> full_shapes = {{4096, 1024}, {1024, 32768}, {64, 1048576}, {1, 67108864},
+                                          {65536, 64},  {32768, 1000}, {1048576, 8}};
   const std::vector<Shape> default_shapes = {{4096, 1024}, {1, 16777216}, {65536, 64}};
   auto add_rows = [&](auto type_tag, RowKind kind, Shape sh) {
     using T = decltype(type_tag);
