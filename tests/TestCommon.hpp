@@ -223,4 +223,33 @@ struct GuardedPages {
   char* end() const { return base + bytes - page; }
 };
 
+/// y = log_softmax(x) where log_space, else softmax(x), on Exec; fenced.
+template <class Exec, class X, class Y>
+void softmax_or_log_softmax(bool log_space, const X& x, const Y& y) {
+  if (log_space) kflash::log_softmax(Exec(), x, y);
+  else kflash::softmax(Exec(), x, y);
+  Exec().fence();
+}
+
+/// f(x, y, cols, where) for host Views x and y of `rows` contiguous rows of T, of every length from 1
+/// to max_cols: placed so that their last element is the last before an unreadable page, then so
+/// that their first is the first after one (GuardedPages). x's contents are f's to write.
+template <class T, class F>
+void for_rows_beside_guards(std::size_t rows, std::size_t max_cols, const F& f) {
+  using Rows = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  GuardedPages xp(rows * max_cols * sizeof(T)), yp(rows * max_cols * sizeof(T));
+  ASSERT_NE(xp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << xp.bytes << " bytes failed";
+  ASSERT_NE(yp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << yp.bytes << " bytes failed";
+  for (std::size_t cols = 1; cols <= max_cols; ++cols) {
+    const std::size_t bytes = rows * cols * sizeof(T);
+    for (bool at_end : {true, false}) {
+      T* xd = reinterpret_cast<T*>(at_end ? xp.end() - bytes : xp.begin());
+      T* yd = reinterpret_cast<T*>(at_end ? yp.end() - bytes : yp.begin());
+      f(Rows(xd, rows, cols), Rows(yd, rows, cols), cols,
+        std::to_string(rows) + "x" + std::to_string(cols) + (at_end ? " ending at" : " starting after") + " a guard");
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 }  // namespace kflash_test

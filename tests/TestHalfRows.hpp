@@ -416,43 +416,30 @@ TEST(TEST_CATEGORY, HalfRowsHostKernelStreamed) {
 /// 48 ending where an unreadable page begins, and starting where one ends.
 template <class H, class Exec>
 void check_half_rows_beside_guards_on() {
-  using Rows = Kokkos::View<H**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   const std::size_t rows = 3;
-  GuardedPages xp(rows * 48 * sizeof(H)), yp(rows * 48 * sizeof(H));
-  ASSERT_NE(xp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << xp.bytes << " bytes failed";
-  ASSERT_NE(yp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << yp.bytes << " bytes failed";
-  for (std::size_t cols = 1; cols <= 48; ++cols) {
-    const std::size_t bytes = rows * cols * sizeof(H);
-    for (bool at_end : {true, false}) {
-      const std::string where = std::string(Half16<H>::name()) + " " + std::to_string(rows) + "x" +
-                                std::to_string(cols) + (at_end ? " ending at" : " starting after") + " a guard";
-      H* xd = reinterpret_cast<H*>(at_end ? xp.end() - bytes : xp.begin());
-      H* yd = reinterpret_cast<H*>(at_end ? yp.end() - bytes : yp.begin());
-      const Rows x(xd, rows, cols), y(yd, rows, cols);
-      const auto host = halves<H>(normal_values<float>(rows * cols, unsigned(4300 + 2 * cols + at_end), 3.0));
-      std::copy(host.begin(), host.end(), xd);
-      for (bool log_space : {false, true}) {
-        if (log_space) kflash::log_softmax(Exec(), x, y);
-        else kflash::softmax(Exec(), x, y);
-        Exec().fence();
-        for (std::size_t r = 0; r < rows; ++r) {
-          expect_half_row(xd + r * cols, yd + r * cols, cols, log_space,
-                          where + (log_space ? " log_softmax row " : " softmax row ") + std::to_string(r));
-          if (::testing::Test::HasFatalFailure()) return;
-        }
-      }
-      Kokkos::View<float*, Kokkos::HostSpace> lse("lse", rows);
-      kflash::logsumexp(Exec(), x, lse);
-      Exec().fence();
+  unsigned seed = 4300;
+  for_rows_beside_guards<H>(rows, 48, [&](const auto& x, const auto& y, std::size_t cols, const std::string& at) {
+    const std::string where = std::string(Half16<H>::name()) + " " + at;
+    const auto host = halves<H>(normal_values<float>(rows * cols, seed++, 3.0));
+    std::copy(host.begin(), host.end(), x.data());
+    for (bool log_space : {false, true}) {
+      softmax_or_log_softmax<Exec>(log_space, x, y);
       for (std::size_t r = 0; r < rows; ++r) {
-        std::vector<ld> xs(cols);
-        for (std::size_t c = 0; c < cols; ++c) xs[c] = wide(host[r * cols + c]);
-        expect_lse_matches(reference_row(xs.data(), cols), lse(r), 8 * eps<float>,
-                           where + " logsumexp row " + std::to_string(r));
+        expect_half_row(&x(r, 0), &y(r, 0), cols, log_space,
+                        where + (log_space ? " log_softmax row " : " softmax row ") + std::to_string(r));
+        if (::testing::Test::HasFatalFailure()) return;
       }
-      if (::testing::Test::HasFailure()) return;
     }
-  }
+    Kokkos::View<float*, Kokkos::HostSpace> lse("lse", rows);
+    kflash::logsumexp(Exec(), x, lse);
+    Exec().fence();
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::vector<ld> xs(cols);
+      for (std::size_t c = 0; c < cols; ++c) xs[c] = wide(host[r * cols + c]);
+      expect_lse_matches(reference_row(xs.data(), cols), lse(r), 8 * eps<float>,
+                         where + " logsumexp row " + std::to_string(r));
+    }
+  });
 }
 
 /// The same where TEST_EXECSPACE reads host memory (a device space's build never instantiates it).

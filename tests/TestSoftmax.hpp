@@ -619,47 +619,32 @@ TYPED_TEST(SoftmaxTest, RowsBesideUnreadablePages) {
   if constexpr (!std::is_same<Mem, Kokkos::HostSpace>::value) {
     GTEST_SKIP() << "host memory only (the rows live in mmap'ed pages)";
   } else {
-    using Rows = Kokkos::View<T**, Kokkos::LayoutRight, Mem, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const std::size_t rows = 3;
-    GuardedPages xp(rows * 48 * sizeof(T)), yp(rows * 48 * sizeof(T));
-    ASSERT_NE(xp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << xp.bytes << " bytes failed";
-    ASSERT_NE(yp.base, static_cast<char*>(MAP_FAILED)) << "mmap and mprotect of " << yp.bytes << " bytes failed";
     unsigned seed = 4100;
-    for (std::size_t cols = 1; cols <= 48; ++cols) {
-      const std::size_t bytes = rows * cols * sizeof(T);
-      for (bool at_end : {true, false}) {
-        const std::string where = std::to_string(rows) + "x" + std::to_string(cols) +
-                                  (at_end ? " ending at" : " starting after") + " a guard";
-        T* xd = reinterpret_cast<T*>(at_end ? xp.end() - bytes : xp.begin());
-        T* yd = reinterpret_cast<T*>(at_end ? yp.end() - bytes : yp.begin());
-        const Rows x(xd, rows, cols), y(yd, rows, cols);
-        const auto host = normal_values<T>(rows * cols, seed++, 3.0);
-        std::copy(host.begin(), host.end(), xd);
-        for (bool log_space : {false, true}) {
-          if (log_space) kflash::log_softmax(Exec(), x, y);
-          else kflash::softmax(Exec(), x, y);
-          Exec().fence();
-          for (std::size_t r = 0; r < rows; ++r) {
-            const std::string row = where + (log_space ? " log_softmax row " : " softmax row ") + std::to_string(r);
-            expect_row_matches(reference_row(host.data() + r * cols, cols), host.data() + r * cols, yd + r * cols, cols,
-                               log_space, row);
-          }
-        }
-        Kokkos::View<T*, Mem> lse("lse", rows), loss("loss", rows);
-        const std::vector<std::int64_t> target{0, std::int64_t(cols / 2), std::int64_t(cols - 1)};
-        kflash::logsumexp(Exec(), x, lse);
-        kflash::cross_entropy(Exec(), x, make_vector<std::int64_t, Exec>(target), loss);
-        Exec().fence();
+    for_rows_beside_guards<T>(rows, 48, [&](const auto& x, const auto& y, std::size_t cols, const std::string& where) {
+      const auto host = normal_values<T>(rows * cols, seed++, 3.0);
+      std::copy(host.begin(), host.end(), x.data());
+      for (bool log_space : {false, true}) {
+        softmax_or_log_softmax<Exec>(log_space, x, y);
         for (std::size_t r = 0; r < rows; ++r) {
-          const RefRow ref = reference_row(host.data() + r * cols, cols);
-          expect_lse_matches(ref, lse(r), 8 * eps<T>, where + " logsumexp row " + std::to_string(r));
-          const ld nll = ref.lse() - ld(host[r * cols + std::size_t(target[r])]);
-          EXPECT_LE(std::fabs(ld(loss(r)) - nll), 16 * eps<T> * (1 + std::fabs(ref.lse())))
-              << where << " cross_entropy row " << r;
+          const std::string row = where + (log_space ? " log_softmax row " : " softmax row ") + std::to_string(r);
+          expect_row_matches(reference_row(host.data() + r * cols, cols), host.data() + r * cols, &y(r, 0), cols,
+                             log_space, row);
         }
-        if (::testing::Test::HasFailure()) return;
       }
-    }
+      Kokkos::View<T*, Mem> lse("lse", rows), loss("loss", rows);
+      const std::vector<std::int64_t> target{0, std::int64_t(cols / 2), std::int64_t(cols - 1)};
+      kflash::logsumexp(Exec(), x, lse);
+      kflash::cross_entropy(Exec(), x, make_vector<std::int64_t, Exec>(target), loss);
+      Exec().fence();
+      for (std::size_t r = 0; r < rows; ++r) {
+        const RefRow ref = reference_row(host.data() + r * cols, cols);
+        expect_lse_matches(ref, lse(r), 8 * eps<T>, where + " logsumexp row " + std::to_string(r));
+        const ld nll = ref.lse() - ld(host[r * cols + std::size_t(target[r])]);
+        EXPECT_LE(std::fabs(ld(loss(r)) - nll), 16 * eps<T> * (1 + std::fabs(ref.lse())))
+            << where << " cross_entropy row " << r;
+      }
+    });
   }
 }
 
