@@ -203,6 +203,24 @@ void expect_invalid(F&& f, std::initializer_list<const char*> parts) {
   }
 }
 
+/// rows x cols values (rows >= 25) for the host kernels' rows in lanes (16 rows at a time): normal
+/// values, a dominant one, finite values as large as `big` of either sign, a masked value and, where
+/// `special`, rows with a NaN, all -inf, and +inf (in the second group of 16 rows).
+template <class T>
+std::vector<T> lane_rows_values(std::size_t rows, std::size_t cols, bool special, unsigned seed, T big = T(1e30)) {
+  auto v = normal_values<T>(rows * cols, seed, 3.0);
+  v[3 * cols + cols / 2] += T(15);
+  v[5 * cols] = big;
+  v[6 * cols + cols - 1] = -big;
+  if (cols > 1) v[7 * cols + 1] = -inf<T>;
+  if (special) {
+    v[18 * cols + cols / 2] = nan<T>;
+    for (std::size_t c = 0; c < cols; ++c) v[21 * cols + c] = -inf<T>;
+    v[24 * cols + cols - 1] = inf<T>;
+  }
+  return v;
+}
+
 /// Pages with an unreadable page on either side: an access outside [begin(), end()) faults.
 struct GuardedPages {
   std::size_t page = std::size_t(sysconf(_SC_PAGESIZE)), bytes;

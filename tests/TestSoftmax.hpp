@@ -243,6 +243,55 @@ TYPED_TEST(SoftmaxTest, HostKernelStoredWeights) {
   }
 }
 
+TYPED_TEST(SoftmaxTest, HostKernelRowsInLanes) {
+  // The host kernels take rows of at most 16 values 16 at a time, one row in each lane of a vector
+  // (AVX-512, fp32; other rows go through short_rows): rows of every length up to 17, 37 of them (two
+  // such groups, 5 rows after), rows wider apart than they are long (whose gaps hold NaN, which a
+  // load past a row's end would bring in; the outputs' gaps must keep their 7s), in place too; and
+  // groups with a special row, which take the other way whole.
+  using T = TypeParam;
+  namespace host = kflash::impl::host;
+  using kflash::impl::index_t;
+  using kflash::impl::RowOp;
+  const index_t rows = 37;
+  unsigned seed = 5200;
+  for (index_t cols = 1; cols <= 17; ++cols)
+    for (bool special : {false, true})
+      for (index_t gap : {index_t(0), index_t(3)}) {
+        const auto v = lane_rows_values<T>(std::size_t(rows), std::size_t(cols), special, seed++);
+        const index_t stride = cols + gap;
+        std::vector<T> x(std::size_t(rows * stride), nan<T>);
+        for (index_t r = 0; r < rows; ++r)
+          std::copy(v.begin() + r * cols, v.begin() + (r + 1) * cols, x.begin() + r * stride);
+        const std::string where = std::to_string(rows) + "x" + std::to_string(cols) + " stride " +
+                                  std::to_string(stride) + (special ? " with special rows" : "");
+        for (RowOp op : {RowOp::softmax, RowOp::log_softmax, RowOp::logsumexp})
+          for (bool in_place : {false, true}) {
+            if (op == RowOp::logsumexp && in_place) continue;
+            std::vector<T> y = in_place ? x : std::vector<T>(x.size(), T(7)), lse(std::size_t(rows), T(7));
+            const host::RowBlock<T> block{op, in_place ? y.data() : x.data(), stride, y.data(), stride, lse.data(), 1,
+                                          rows, cols};
+            host::run_rows(block);
+            for (index_t r = 0; r < rows; ++r) {
+              const T* row = v.data() + r * cols;
+              const std::string at = where + (op == RowOp::softmax       ? " softmax"
+                                              : op == RowOp::log_softmax ? " log_softmax"
+                                                                         : " logsumexp") +
+                                     (in_place ? " in place" : "") + " row " + std::to_string(r);
+              const RefRow ref = reference_row(row, std::size_t(cols));
+              if (op == RowOp::logsumexp) {
+                expect_lse_matches(ref, lse[std::size_t(r)], 8 * eps<T>, at);
+                continue;
+              }
+              expect_row_matches(ref, row, y.data() + r * stride, std::size_t(cols), op == RowOp::log_softmax, at);
+              for (index_t c = cols; c < stride && !in_place; ++c)
+                EXPECT_EQ(y[std::size_t(r * stride + c)], T(7)) << at << ": written past the row's end";
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+          }
+      }
+}
+
 /// Traits of the device row schedules for a test: rows up to 8 elements over the lanes of a thread
 /// (TeamSize rows a team), longer ones over a team of at most TeamSize threads.
 template <int TeamSize>

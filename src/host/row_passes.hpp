@@ -1,11 +1,13 @@
 // The host row kernels over contiguous rows: the state pass (tile by tile, through the tile
 // recurrence on vector lanes), the pairing of one row's write pass with the next row's state pass,
 // and the rows' statistics for cross-entropy. Softmax's family on rows of one tile (16-bit rows:
-// softmax's up to HostTraits::short_row, the others' all) is in short_rows.hpp, the write passes in
-// write_passes.hpp. Rows stored as 16-bit B go through the same passes with T = float: read widened
-// as they load (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
+// softmax's up to HostTraits::short_row, the others' all) is in short_rows.hpp (rows of at most 16
+// values on AVX-512, 16 rows at a time: lane_rows.hpp), the write passes in write_passes.hpp. Rows
+// stored as 16-bit B go through the same passes with T = float: read widened as they load
+// (Elements, Operand), written rounded once (Narrowing), with no pass of their own.
 #pragma once
 
+#include "lane_rows.hpp"
 #include "short_rows.hpp"
 #include "write_passes.hpp"
 
@@ -209,8 +211,19 @@ void run_rows(const RowBlock<T, B>& blk) {
   const bool widened = !std::is_same<T, B>::value;
   if (n <= HostTraits::tile || (widened && (blk.op != RowOp::softmax || n <= HostTraits::short_row))) {
     const index_t group = short_rows_group(blk.op, n);
-    for (index_t r = 0; r < blk.rows; r += group)
-      short_rows<T, VB, B, A>(blk, r, blk.rows - r < group ? blk.rows - r : group);
+    auto rows_from = [&](index_t r0, index_t r1) {
+      for (index_t r = r0; r < r1; r += group) short_rows<T, VB, B, A>(blk, r, r1 - r < group ? r1 - r : group);
+    };
+    index_t r = 0;
+#ifdef KFLASH_IMPL_LANE_ROWS
+    if constexpr (VB == 64 && std::is_same<T, float>::value) {  // a row in each lane (lane_rows.hpp)
+      for (; n <= lane_rows_group && r + lane_rows_group <= blk.rows; r += lane_rows_group) {
+        const bool done = n <= 8 ? lane_rows<8, B, A>(blk, r) : lane_rows<16, B, A>(blk, r);
+        if (!done) rows_from(r, r + lane_rows_group);
+      }
+    }
+#endif
+    rows_from(r, blk.rows);
     return;
   }
   if constexpr (std::is_same<T, B>::value) {

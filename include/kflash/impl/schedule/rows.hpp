@@ -81,6 +81,9 @@ RowPlan plan_rows(const ExecSpace& exec, index_t rows, index_t cols) {
       if (by_size < Traits::item_rows) by_size = Traits::item_rows;
       const index_t by_count = rows / wanted;
       p.rows_per_item = by_size < by_count ? by_size : by_count;
+      // Whole groups of short_group rows where there is more than one: the host kernels take rows of
+      // up to a vector's values that many at a time, and a partial group as one row after another.
+      if (p.rows_per_item > Traits::short_group) p.rows_per_item -= p.rows_per_item % Traits::short_group;
     }
   }
   if (rows == 0 || rows >= wanted || cols < 2 * Traits::min_chunk) return p;
